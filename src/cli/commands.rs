@@ -1,0 +1,488 @@
+//! One function per subcommand. Each builds engine inputs from arguments, runs the engine and
+//! prints the result.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::{Context, bail};
+use clap::Args;
+
+use super::render::Renderer;
+use super::{ConfigArgs, DeviceArgs};
+use crate::config::Config;
+use crate::dataset::{self, ScanOptions, Splits};
+use crate::device::{self, SelectedDevice};
+use crate::events::{Event, StopSignal};
+use crate::memory::{self, human_bytes};
+use crate::model::{self, LayerKind};
+use crate::train::{self, TrainRequest};
+
+/// `vramfit train`.
+#[derive(Args, Debug)]
+pub struct TrainArgs {
+    #[command(flatten)]
+    config: ConfigArgs,
+    #[command(flatten)]
+    device: DeviceArgs,
+    /// Dataset: ImageFolder (root/<class>/*.jpg, or root/train + root/val) or an IDX folder.
+    /// Default: the bundled Fashion-MNIST subset.
+    #[arg(long)]
+    data: Option<PathBuf>,
+    /// Run folder (default runs/<date-time>).
+    #[arg(long)]
+    out: Option<PathBuf>,
+    /// Continue the run in --out from its latest checkpoint (its config.toml is used).
+    #[arg(long)]
+    resume: bool,
+    /// When the predicted peak exceeds the budget, shrink the micro-batch and raise accumulation.
+    #[arg(long)]
+    auto_fit: bool,
+    /// Train on 64 images for 200 steps and check the network memorizes them (>= 98%).
+    #[arg(long)]
+    overfit_check: bool,
+    /// Stop after this many optimizer steps (a checkpoint is written; --resume continues).
+    #[arg(long)]
+    max_steps: Option<usize>,
+    /// Skip class folders without images (with a warning) instead of failing.
+    #[arg(long)]
+    allow_empty_classes: bool,
+}
+
+/// Opens `--data` (or the bundled subset) with the config's split settings.
+fn open_data(data: Option<&PathBuf>, config: &Config, allow_empty: bool) -> anyhow::Result<Splits> {
+    let path = data.cloned().unwrap_or_else(dataset::bundled_dataset_dir);
+    let opts = ScanOptions {
+        val_fraction: config.data.val_fraction,
+        seed: config.seed,
+        allow_empty_classes: allow_empty || config.data.allow_empty_classes,
+    };
+    let splits = dataset::open(&path, &opts)?;
+    if !splits.report.empty_classes.is_empty() {
+        eprintln!("warning: skipped class folders with no images: {}", splits.report.empty_classes.join(", "));
+    }
+    if !splits.report.ignored.is_empty() {
+        eprintln!("note: ignored {} hidden, OS-junk or non-image files", splits.report.ignored.len());
+    }
+    Ok(splits)
+}
+
+fn select_device(args: &DeviceArgs) -> anyhow::Result<SelectedDevice> {
+    let d = device::select(args.choice())?;
+    if let Some(note) = &d.note {
+        eprintln!("note: {note}");
+    }
+    Ok(d)
+}
+
+/// Runs `work` on a named engine thread, rendering its events here; Ctrl-C stops it cleanly.
+fn run_engine<T: Send + 'static>(
+    work: impl FnOnce(&mut dyn FnMut(Event), &StopSignal) -> crate::Result<T> + Send + 'static,
+) -> anyhow::Result<T> {
+    let stop = StopSignal::new();
+    let handler_stop = stop.clone();
+    let _ = ctrlc::set_handler(move || {
+        if handler_stop.is_set() {
+            std::process::exit(130);
+        }
+        eprintln!("\nstopping after this step (a checkpoint will be saved); Ctrl-C again to quit now");
+        handler_stop.stop();
+    });
+    let (tx, rx) = std::sync::mpsc::sync_channel::<Event>(1024);
+    let engine_stop = stop.clone();
+    let handle = std::thread::Builder::new().name("vramfit-engine".into()).spawn(move || {
+        let mut sink = |e: Event| {
+            let _ = tx.send(e);
+        };
+        work(&mut sink, &engine_stop)
+    })?;
+    let mut renderer = Renderer::default();
+    let mut epochs = 0;
+    for event in rx {
+        renderer.handle(&event, &mut epochs);
+    }
+    renderer.finish();
+    match handle.join() {
+        Ok(result) => Ok(result?),
+        Err(panic) => {
+            let msg = panic
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_else(|| "unknown panic".into());
+            bail!("the engine crashed ({msg}); the last checkpoint is intact: rerun with --resume --out <run folder>")
+        }
+    }
+}
+
+pub fn train(args: TrainArgs) -> anyhow::Result<ExitCode> {
+    let out = args.out.clone().unwrap_or_else(super::default_run_dir);
+    let config = if args.resume {
+        let path = out.join("config.toml");
+        Config::load(&path).with_context(|| format!("--resume needs the run folder given with --out ({})", out.display()))?
+    } else {
+        args.config.load()?
+    };
+    let device = select_device(&args.device)?;
+    let splits = open_data(args.data.as_ref(), &config, args.allow_empty_classes)?;
+    eprintln!("data: {}", splits.description);
+    if args.overfit_check {
+        let d = device.clone();
+        let train_ds = splits.train.clone();
+        let result = run_engine(move |sink, _| train::overfit_check(&config, &d, &train_ds, 200, sink))?;
+        println!(
+            "overfit check on {}: {} after {} steps, accuracy on the 64 images {:.1}% (needs 98%)",
+            device.name,
+            if result.passed { "PASS" } else { "FAIL" },
+            result.steps,
+            result.accuracy * 100.0
+        );
+        return Ok(if result.passed { ExitCode::SUCCESS } else { ExitCode::FAILURE });
+    }
+    let mut req = TrainRequest::new(config, &out);
+    req.resume = args.resume;
+    req.auto_fit = args.auto_fit;
+    req.max_steps = args.max_steps;
+    let d = device.clone();
+    let summary = run_engine(move |sink, stop| train::train(&req, &d, &splits, sink, stop))?;
+    if let Some(val) = &summary.val {
+        println!(
+            "test accuracy {:.2}% (top-5 {:.2}%) on {} images after {} epochs, {} steps, {:.0} s on {}",
+            val.top1 * 100.0,
+            val.top5 * 100.0,
+            val.samples,
+            summary.epochs_completed,
+            summary.global_step,
+            summary.wall_secs,
+            device.name
+        );
+    }
+    println!("training throughput {:.0} images/s", summary.images_per_sec);
+    if summary.memory.peak_bytes_reserved > 0 {
+        println!(
+            "memory: predicted peak {}, measured {} reserved ({} in use after forward)",
+            human_bytes(summary.predicted_peak_bytes),
+            human_bytes(summary.memory.peak_bytes_reserved),
+            human_bytes(summary.memory.peak_bytes_in_use)
+        );
+    }
+    if summary.skipped > 0 {
+        println!("{} undecodable files were skipped", summary.skipped);
+    }
+    if summary.stopped {
+        println!("stopped; continue with: vramfit train --resume --out {}", out.display());
+    } else if let Some(dir) = &summary.export_dir {
+        println!("run folder {}; exported weights in {}", out.display(), dir.display());
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `vramfit eval`.
+#[derive(Args, Debug)]
+pub struct EvalArgs {
+    /// Exported model: run folder, export folder, or .bpk/.safetensors file.
+    #[arg(long)]
+    model: PathBuf,
+    /// Dataset (default: the bundled subset); its validation/test split is evaluated.
+    #[arg(long)]
+    data: Option<PathBuf>,
+    /// Evaluate the training split instead.
+    #[arg(long)]
+    train_split: bool,
+    #[command(flatten)]
+    device: DeviceArgs,
+    /// Images per batch.
+    #[arg(long, default_value_t = 64)]
+    batch_size: usize,
+    /// Where to write the confusion matrix CSV (default: confusion.csv beside the model).
+    #[arg(long)]
+    csv: Option<PathBuf>,
+}
+
+pub fn eval(args: EvalArgs) -> anyhow::Result<ExitCode> {
+    let device = select_device(&args.device)?;
+    let loaded = crate::export::load(&args.model, &device.device)?;
+    let config = loaded.metadata.inference_config();
+    let splits = open_data(args.data.as_ref(), &config, false)?;
+    let ds = if args.train_split { splits.train } else { splits.val };
+    if ds.class_names != loaded.metadata.class_names {
+        bail!("the dataset's classes {:?} differ from the model's {:?}", ds.class_names, loaded.metadata.class_names);
+    }
+    let pipe = std::sync::Arc::new(crate::loader::SamplePipeline::from_config(&config, false));
+    let r = crate::eval::evaluate(&loaded.model, std::sync::Arc::new(ds), pipe, &device.device, args.batch_size, crate::config::Precision::F32, 0)?;
+    println!("{} images on {}: top-1 {:.2}%  top-5 {:.2}%  loss {:.4}", r.samples, device.name, r.top1 * 100.0, r.top5 * 100.0, r.loss);
+    let width = r.class_names.iter().map(|c| c.chars().count()).max().unwrap_or(5).max(5);
+    println!("\n{:width$}  accuracy", "class");
+    for (name, acc) in r.class_names.iter().zip(r.per_class_accuracy()) {
+        println!("{name:width$}  {:.1}%", acc * 100.0);
+    }
+    println!("\nconfusion matrix (rows: true class, columns: predicted, in class order)");
+    for (name, row) in r.class_names.iter().zip(&r.confusion) {
+        let cells: Vec<String> = row.iter().map(|v| format!("{v:5}")).collect();
+        println!("{name:width$} {}", cells.join(""));
+    }
+    let csv = args.csv.unwrap_or_else(|| loaded.weights_path.with_file_name("confusion.csv"));
+    crate::checkpoint::write_atomic(&csv, r.confusion_csv().as_bytes())?;
+    println!("\nconfusion matrix written to {}", csv.display());
+    if !r.skipped.is_empty() {
+        println!("{} files skipped (undecodable)", r.skipped.len());
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `vramfit predict`.
+#[derive(Args, Debug)]
+pub struct PredictArgs {
+    /// Image files or folders.
+    #[arg(required = true)]
+    inputs: Vec<PathBuf>,
+    /// Exported model: run folder, export folder, or .bpk/.safetensors file.
+    #[arg(long)]
+    model: PathBuf,
+    #[command(flatten)]
+    device: DeviceArgs,
+    /// Classes to show per image.
+    #[arg(long, default_value_t = 5)]
+    top_k: usize,
+    /// Print JSON lines instead of text.
+    #[arg(long)]
+    json: bool,
+}
+
+pub fn predict(args: PredictArgs) -> anyhow::Result<ExitCode> {
+    let device = select_device(&args.device)?;
+    let predictor = crate::infer::Predictor::load(&args.model, device.device.clone())?;
+    let files = crate::infer::expand_inputs(&args.inputs);
+    if files.is_empty() {
+        bail!("no image files in {:?}", args.inputs);
+    }
+    let mut failures = 0;
+    for (path, result) in predictor.predict_files(&files, args.top_k) {
+        match result {
+            Ok(top) if args.json => println!("{}", serde_json::json!({ "file": path, "top": top })),
+            Ok(top) => {
+                let line: Vec<String> = top.iter().map(|c| format!("{} {:.1}%", c.name, c.probability * 100.0)).collect();
+                println!("{}: {}", path.display(), line.join(", "));
+            }
+            Err(e) => {
+                failures += 1;
+                eprintln!("error: {e}");
+            }
+        }
+    }
+    Ok(if failures == files.len() { ExitCode::FAILURE } else { ExitCode::SUCCESS })
+}
+
+/// `vramfit plan`.
+#[derive(Args, Debug)]
+pub struct PlanArgs {
+    #[command(flatten)]
+    config: ConfigArgs,
+    /// Number of classes of the head.
+    #[arg(long, default_value_t = 10)]
+    classes: usize,
+}
+
+/// The plan as printed by `vramfit plan`.
+pub fn plan_report(config: &Config, classes: usize) -> String {
+    let p = memory::plan(config, classes);
+    let e = &p.estimate;
+    let mut s = format!(
+        "config {}: batch {} x accumulation {}, {} px, {:?}, checkpointing {}\n",
+        config.name,
+        config.train.batch_size,
+        config.train.grad_accum_steps,
+        config.image_size_px(),
+        config.train.precision,
+        if config.train.checkpointing { "on" } else { "off" }
+    );
+    let mut row = |name: &str, v: u64| s.push_str(&format!("  {name:<28}{:>12}\n", human_bytes(v)));
+    row("parameters", e.parameters);
+    row("gradients", e.gradients);
+    row("optimizer state (AdamW)", e.optimizer_state);
+    row("f16 weight copies", e.weight_casts);
+    row("input batch", e.input_batch);
+    for (i, a) in e.activations_per_stage.iter().enumerate() {
+        let name = if i == 0 { "activations: stem".to_string() } else if i == e.activations_per_stage.len() - 1 { "activations: head".into() } else { format!("activations: stage {i}") };
+        row(&name, *a);
+    }
+    row("workspace (largest op)", e.workspace);
+    row("allocator overhead", e.allocator_overhead);
+    s.push_str(&format!("  {:<28}{:>12}\n", "predicted peak", human_bytes(e.total)));
+    s.push_str(&format!("budget {}: {}\n", human_bytes(p.budget_bytes), p.verdict()));
+    if p.max_batch_size == 0 {
+        s.push_str("not even batch 1 fits: lower crop_size or turn on f16/checkpointing\n");
+    } else {
+        s.push_str(&format!(
+            "largest batch that fits: {}; grad_accum_steps {} keeps the effective batch of {}\n",
+            p.max_batch_size,
+            p.grad_accum_for_max,
+            config.train.batch_size * config.train.grad_accum_steps
+        ));
+    }
+    s
+}
+
+pub fn plan(args: PlanArgs) -> anyhow::Result<ExitCode> {
+    let config = args.config.load()?;
+    print!("{}", plan_report(&config, args.classes));
+    Ok(ExitCode::SUCCESS)
+}
+
+pub fn devices() -> anyhow::Result<ExitCode> {
+    let adapters = device::list_adapters();
+    let default = device::default_adapter(&adapters);
+    if adapters.is_empty() {
+        println!("no GPU adapter found; commands run on the CPU (burn flex). Install a Vulkan driver (e.g. mesa-vulkan-drivers) for a GPU or software adapter.");
+    }
+    for a in &adapters {
+        println!(
+            "{}{} {} [{} {}] driver {} | max buffer {} | max storage binding {} | f16 {}",
+            if Some(a.index) == default { "*" } else { " " },
+            a.index,
+            a.name,
+            a.backend,
+            a.device_type,
+            if a.driver.is_empty() { "?" } else { &a.driver },
+            human_bytes(a.max_buffer_size),
+            human_bytes(a.max_storage_buffer_binding_size),
+            if a.shader_f16 { "yes" } else { "no" }
+        );
+    }
+    println!("  cpu: burn flex (default CPU backend), burn ndarray");
+    if default.is_some() {
+        println!("* = the adapter used by default; pick another with --adapter N");
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `vramfit export`.
+#[derive(Args, Debug)]
+pub struct ExportArgs {
+    /// Run folder whose latest checkpoint to export.
+    #[arg(long)]
+    run: PathBuf,
+    /// Output folder (default <run>/export).
+    #[arg(long)]
+    out: Option<PathBuf>,
+}
+
+pub fn export(args: ExportArgs) -> anyhow::Result<ExitCode> {
+    let config = Config::load(&args.run.join("config.toml"))?;
+    let (dir, state) = crate::checkpoint::latest(&args.run)?;
+    let device = burn::tensor::Device::flex();
+    let mut model = crate::model::Classifier::new(&config.model, state.class_names.len(), &device);
+    let path = dir.join("model.bpk");
+    let bytes = std::fs::read(&path).with_context(|| path.display().to_string())?;
+    crate::checkpoint::load_model_bytes(&mut model, bytes, &path)?;
+    let info = crate::export::TrainingInfo { epochs: state.epoch, steps: state.global_step, val_accuracy: Some(state.best_val_accuracy), device: String::new() };
+    let out = args.out.unwrap_or_else(|| args.run.join("export"));
+    for f in crate::export::export(&model, &config, &state.class_names, &info, &out)? {
+        println!("wrote {}", f.display());
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `vramfit bench`.
+#[derive(Args, Debug)]
+pub struct BenchArgs {
+    /// `train` (throughput per backend) or `memory` (predicted vs measured peak grid).
+    #[arg(value_parser = ["train", "memory"])]
+    what: String,
+    /// Configs to measure (default: quickstart for memory; quickstart and every tier for train).
+    #[arg(long = "config", short = 'c')]
+    configs: Vec<String>,
+    #[command(flatten)]
+    device: DeviceArgs,
+    /// Backends for `bench train`: any of gpu, flex, ndarray.
+    #[arg(long, value_delimiter = ',', default_value = "gpu,flex,ndarray")]
+    backends: Vec<String>,
+    /// Timed optimizer steps per row (after warm-up steps).
+    #[arg(long, default_value_t = 5)]
+    steps: usize,
+    /// Warm-up steps per row (compilation, autotune).
+    #[arg(long, default_value_t = 2)]
+    warmup: usize,
+    /// `bench memory` grid: `small` (CI-sized) or `full` (batch 4-32 x 64-224 px x f32/f16 x checkpointing).
+    #[arg(long, default_value = "full")]
+    grid: String,
+    /// Write results as JSON here too.
+    #[arg(long)]
+    json: Option<PathBuf>,
+}
+
+pub fn bench(args: BenchArgs) -> anyhow::Result<ExitCode> {
+    let rows_json = match args.what.as_str() {
+        "train" => {
+            let names = if args.configs.is_empty() { vec!["quickstart".into(), "4gb".into(), "6gb".into(), "8gb".into(), "12gb".into()] } else { args.configs.clone() };
+            let mut configs = Vec::new();
+            for n in &names {
+                configs.push(super::load_config(n)?);
+            }
+            let rows = crate::bench::bench_train(&configs, &args.backends, args.device.adapter, args.warmup, args.steps, &mut |line| eprintln!("{line}"))?;
+            println!("{}", crate::bench::train_table(&rows));
+            serde_json::to_string_pretty(&rows)?
+        }
+        _ => {
+            let device = select_device(&args.device)?;
+            let base = super::load_config(args.configs.first().map_or("quickstart", String::as_str))?;
+            let grid = crate::bench::MemoryGrid::named(&args.grid).ok_or_else(|| anyhow::anyhow!("--grid must be small or full"))?;
+            let rows = crate::bench::bench_memory(&base, &device, &grid, args.steps.min(3).max(1), &mut |line| eprintln!("{line}"))?;
+            println!("adapter: {}\n{}", device.name, crate::bench::memory_table(&rows));
+            serde_json::to_string_pretty(&rows)?
+        }
+    };
+    if let Some(path) = args.json {
+        crate::checkpoint::write_atomic(&path, rows_json.as_bytes())?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `vramfit info`.
+#[derive(Args, Debug)]
+pub struct InfoArgs {
+    #[command(flatten)]
+    config: ConfigArgs,
+    /// Number of classes of the head.
+    #[arg(long, default_value_t = 10)]
+    classes: usize,
+}
+
+pub fn info(args: InfoArgs) -> anyhow::Result<ExitCode> {
+    let config = args.config.load()?;
+    let px = config.image_size_px();
+    let plan = model::layer_plan(&config.model, args.classes, (px, px));
+    let flops = model::forward_flops(&plan);
+    println!("config {}: {} classes, {px}x{px} input", config.name, args.classes);
+    println!("parameters: {} ({:.2}M)", model::param_count(&plan), model::param_count(&plan) as f64 / 1e6);
+    println!("FLOPs per image: forward {:.3} GFLOP, training step ~{:.3} GFLOP (forward + 2x backward)", flops as f64 / 1e9, 3.0 * flops as f64 / 1e9);
+    println!("\n{:<14}{:<11}{:>8}{:>8}{:>16}{:>12}", "layer", "kind", "stride", "params", "output", "MFLOPs");
+    let mut stage = usize::MAX;
+    for l in &plan {
+        if l.stage != stage && l.kind != LayerKind::Stem && l.kind != LayerKind::Head {
+            stage = l.stage;
+            println!("-- stage {stage}");
+        }
+        let out = if l.kind == LayerKind::Head { format!("[{}]", l.out_channels) } else { format!("[{}, {}, {}]", l.out_channels, l.out_hw.0, l.out_hw.1) };
+        println!("{:<14}{:<11}{:>8}{:>8}{:>16}{:>12.2}", l.name, format!("{:?}", l.kind), l.stride, l.params(), out, 2.0 * l.macs() as f64 / 1e6);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `vramfit check-data`.
+#[derive(Args, Debug)]
+pub struct CheckDataArgs {
+    /// Dataset folder.
+    path: PathBuf,
+    #[command(flatten)]
+    config: ConfigArgs,
+    /// Skip empty class folders instead of failing.
+    #[arg(long)]
+    allow_empty_classes: bool,
+}
+
+pub fn check_data(args: CheckDataArgs) -> anyhow::Result<ExitCode> {
+    let config = args.config.load()?;
+    let report = crate::bench::check_data(&args.path, &config, args.allow_empty_classes)?;
+    print!("{report}");
+    Ok(ExitCode::SUCCESS)
+}

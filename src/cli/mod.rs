@@ -1,0 +1,288 @@
+//! The command line: parses arguments, builds engine inputs, runs the engine on its own thread
+//! and renders its events (see [`render`]). Nothing here is used by the engine.
+
+mod commands;
+mod render;
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+use crate::config::Config;
+use crate::device::{CpuBackend, DeviceChoice};
+
+/// Presets shipped in `configs/`, embedded so the binary works from any folder.
+pub const PRESETS: [(&str, &str); 5] = [
+    ("quickstart", include_str!("../../configs/quickstart.toml")),
+    ("4gb", include_str!("../../configs/4gb.toml")),
+    ("6gb", include_str!("../../configs/6gb.toml")),
+    ("8gb", include_str!("../../configs/8gb.toml")),
+    ("12gb", include_str!("../../configs/12gb.toml")),
+];
+
+#[derive(Parser, Debug)]
+#[command(name = "vramfit", version, about = "Train small image classifiers on any GPU with memory you can predict before you press Train")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Train a classifier (default data: the bundled Fashion-MNIST subset).
+    Train(commands::TrainArgs),
+    /// Evaluate exported weights: top-1/top-5, per-class accuracy, confusion matrix.
+    Eval(commands::EvalArgs),
+    /// Top-k classes for images or folders of images.
+    Predict(commands::PredictArgs),
+    /// Predict peak device memory for a config and say whether it fits its budget.
+    Plan(commands::PlanArgs),
+    /// List the GPU adapters wgpu sees and the one the default picks.
+    Devices,
+    /// Export a run's latest checkpoint as .bpk + .safetensors + model.json.
+    Export(commands::ExportArgs),
+    /// Measure training/inference throughput (`bench train`) or memory predictions (`bench memory`).
+    Bench(commands::BenchArgs),
+    /// Parameter count, FLOPs and per-stage output shapes of a config's network.
+    Info(commands::InfoArgs),
+    /// Scan a dataset and report classes, skipped files, sizes and what preprocessing makes of them.
+    CheckData(commands::CheckDataArgs),
+}
+
+/// Config file and per-field overrides, shared by every command that needs a config.
+#[derive(Args, Debug, Clone, Default)]
+pub struct ConfigArgs {
+    /// Preset name (quickstart, 4gb, 6gb, 8gb, 12gb) or path to a TOML config.
+    #[arg(long, short = 'c', default_value = "quickstart")]
+    pub config: String,
+    /// Override any config key, e.g. `--set train.batch_size=32` (repeatable).
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    pub set: Vec<String>,
+    /// Override train.epochs.
+    #[arg(long)]
+    pub epochs: Option<usize>,
+    /// Override train.batch_size (images per micro-batch).
+    #[arg(long)]
+    pub batch_size: Option<usize>,
+    /// Override train.grad_accum_steps.
+    #[arg(long)]
+    pub grad_accum_steps: Option<usize>,
+    /// Override optimizer.lr.
+    #[arg(long)]
+    pub lr: Option<f64>,
+    /// Override train.precision (f32 or f16).
+    #[arg(long)]
+    pub precision: Option<String>,
+    /// Override train.checkpointing.
+    #[arg(long)]
+    pub checkpointing: Option<bool>,
+    /// Override data.preprocess.mode.
+    #[arg(long)]
+    pub preprocess: Option<String>,
+    /// Override data.preprocess.load_size (pixels).
+    #[arg(long)]
+    pub load_size: Option<usize>,
+    /// Override data.preprocess.crop_size (pixels).
+    #[arg(long)]
+    pub crop_size: Option<usize>,
+    /// Override memory.memory_budget_bytes (bytes, or with a unit: 6GiB, 512MiB).
+    #[arg(long)]
+    pub budget: Option<String>,
+}
+
+impl ConfigArgs {
+    /// Loads the preset or file and applies the overrides.
+    ///
+    /// # Errors
+    /// [`crate::Error::Config`] naming the file or key.
+    pub fn load(&self) -> crate::Result<Config> {
+        let mut config = load_config(&self.config)?;
+        let mut sets: Vec<String> = Vec::new();
+        let mut push = |k: &str, v: Option<String>| {
+            if let Some(v) = v {
+                sets.push(format!("{k}={v}"));
+            }
+        };
+        push("train.epochs", self.epochs.map(|v| v.to_string()));
+        push("train.batch_size", self.batch_size.map(|v| v.to_string()));
+        push("train.grad_accum_steps", self.grad_accum_steps.map(|v| v.to_string()));
+        push("optimizer.lr", self.lr.map(|v| format!("{v:e}")));
+        push("train.precision", self.precision.as_ref().map(|v| format!("\"{v}\"")));
+        push("train.checkpointing", self.checkpointing.map(|v| v.to_string()));
+        push("data.preprocess.mode", self.preprocess.as_ref().map(|v| format!("\"{v}\"")));
+        push("data.preprocess.load_size", self.load_size.map(|v| v.to_string()));
+        push("data.preprocess.crop_size", self.crop_size.map(|v| v.to_string()));
+        if let Some(b) = &self.budget {
+            let bytes = parse_bytes(b).ok_or_else(|| crate::Error::Config {
+                source_name: format!("--budget {b}"),
+                message: "expected bytes or a size with a unit, e.g. 6GiB, 512MiB, 8GB".into(),
+            })?;
+            sets.push(format!("memory.memory_budget_bytes={bytes}"));
+        }
+        for s in sets.iter().chain(&self.set) {
+            config.set(s)?;
+        }
+        Ok(config)
+    }
+}
+
+/// Loads a preset by name or a config file by path.
+///
+/// # Errors
+/// [`crate::Error::Config`] when neither exists or the file is invalid.
+pub fn load_config(name_or_path: &str) -> crate::Result<Config> {
+    if let Some((name, text)) = PRESETS.iter().find(|(n, _)| *n == name_or_path) {
+        return Config::from_toml(text, &format!("preset {name}"));
+    }
+    let path = Path::new(name_or_path);
+    if !path.exists() {
+        return Err(crate::Error::Config {
+            source_name: name_or_path.into(),
+            message: format!(
+                "no such file or preset; presets: {}",
+                PRESETS.iter().map(|(n, _)| *n).collect::<Vec<_>>().join(", ")
+            ),
+        });
+    }
+    Config::load(path)
+}
+
+/// `6GiB`, `512MiB`, `8GB`, `1000000` -> bytes.
+pub fn parse_bytes(s: &str) -> Option<u64> {
+    let s = s.trim();
+    let split = s.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(s.len());
+    let (num, unit) = s.split_at(split);
+    let v: f64 = num.parse().ok()?;
+    let mult: f64 = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1.0,
+        "k" | "kb" => 1e3,
+        "kib" => 1024.0,
+        "m" | "mb" => 1e6,
+        "mib" => 1024.0 * 1024.0,
+        "g" | "gb" => 1e9,
+        "gib" => 1024.0 * 1024.0 * 1024.0,
+        _ => return None,
+    };
+    Some((v * mult) as u64)
+}
+
+/// Which device: the GPU adapter (default) or a CPU backend.
+#[derive(Args, Debug, Clone, Default)]
+pub struct DeviceArgs {
+    /// `gpu` (a wgpu adapter; falls back to the CPU when none exists) or `cpu`.
+    #[arg(long, value_enum, default_value_t = DeviceFlag::Gpu)]
+    pub device: DeviceFlag,
+    /// Adapter index from `vramfit devices`.
+    #[arg(long)]
+    pub adapter: Option<usize>,
+    /// CPU backend for `--device cpu`.
+    #[arg(long, value_enum, default_value_t = CpuFlag::Flex)]
+    pub cpu_backend: CpuFlag,
+}
+
+/// `--device`.
+#[derive(ValueEnum, Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum DeviceFlag {
+    /// A wgpu adapter.
+    #[default]
+    Gpu,
+    /// burn's CPU backend.
+    Cpu,
+}
+
+/// `--cpu-backend`.
+#[derive(ValueEnum, Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum CpuFlag {
+    /// burn flex (default: measured faster, see README).
+    #[default]
+    Flex,
+    /// burn ndarray.
+    Ndarray,
+}
+
+impl DeviceArgs {
+    /// The engine's device choice.
+    pub fn choice(&self) -> DeviceChoice {
+        match self.device {
+            DeviceFlag::Gpu => DeviceChoice::Gpu(self.adapter),
+            DeviceFlag::Cpu => DeviceChoice::Cpu(match self.cpu_backend {
+                CpuFlag::Flex => CpuBackend::Flex,
+                CpuFlag::Ndarray => CpuBackend::Ndarray,
+            }),
+        }
+    }
+}
+
+/// `runs/<UTC date-time>` for a new run.
+pub fn default_run_dir() -> PathBuf {
+    let secs = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs()) as i64;
+    let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
+    // Civil-from-days (H. Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    PathBuf::from("runs").join(format!("{y:04}-{m:02}-{d:02}_{:02}-{:02}-{:02}", rem / 3600, rem % 3600 / 60, rem % 60))
+}
+
+/// Entry point of the `vramfit` binary.
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let _ = tracing_subscriber::fmt().with_env_filter(tracing_subscriber::EnvFilter::from_default_env()).with_writer(std::io::stderr).try_init();
+    let result = match cli.command {
+        Command::Train(a) => commands::train(a),
+        Command::Eval(a) => commands::eval(a),
+        Command::Predict(a) => commands::predict(a),
+        Command::Plan(a) => commands::plan(a),
+        Command::Devices => commands::devices(),
+        Command::Export(a) => commands::export(a),
+        Command::Bench(a) => commands::bench(a),
+        Command::Info(a) => commands::info(a),
+        Command::CheckData(a) => commands::check_data(a),
+    };
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e}");
+            for cause in e.chain().skip(1) {
+                eprintln!("  caused by: {cause}");
+            }
+            ExitCode::FAILURE
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_preset_parses_and_validates() {
+        for (name, _) in PRESETS {
+            load_config(name).unwrap_or_else(|e| panic!("{name}: {e}"));
+        }
+    }
+
+    #[test]
+    fn byte_sizes() {
+        assert_eq!(parse_bytes("6GiB"), Some(6 << 30));
+        assert_eq!(parse_bytes("512 MiB"), Some(512 << 20));
+        assert_eq!(parse_bytes("8GB"), Some(8_000_000_000));
+        assert_eq!(parse_bytes("12x"), None);
+    }
+
+    #[test]
+    fn flags_override_the_preset() {
+        let args = ConfigArgs { config: "quickstart".into(), epochs: Some(3), crop_size: Some(24), budget: Some("1GiB".into()), ..Default::default() };
+        let c = args.load().unwrap();
+        assert_eq!(c.train.epochs, 3);
+        assert_eq!(c.data.preprocess.crop_size, 24);
+        assert_eq!(c.memory.memory_budget_bytes, 1 << 30);
+    }
+}

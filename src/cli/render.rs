@@ -1,0 +1,99 @@
+//! Terminal rendering of engine events with indicatif progress bars.
+
+use indicatif::{ProgressBar, ProgressStyle};
+
+use crate::events::Event;
+use crate::memory::human_bytes;
+
+/// Draws one training run's events.
+#[derive(Default)]
+pub struct Renderer {
+    bar: Option<ProgressBar>,
+    steps_per_epoch: usize,
+    warnings: usize,
+}
+
+impl Renderer {
+    fn println(&self, line: String) {
+        match &self.bar {
+            Some(b) => b.println(line),
+            None => eprintln!("{line}"),
+        }
+    }
+
+    fn new_bar(&mut self, epoch: usize, epochs: usize) {
+        if let Some(b) = self.bar.take() {
+            b.finish_and_clear();
+        }
+        let bar = ProgressBar::new(self.steps_per_epoch as u64);
+        let style = ProgressStyle::with_template("epoch {prefix} [{bar:30}] {pos}/{len} {msg}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar())
+            .progress_chars("=> ");
+        bar.set_style(style);
+        bar.set_prefix(format!("{}/{}", epoch + 1, epochs));
+        self.bar = Some(bar);
+    }
+
+    /// Renders one event.
+    pub fn handle(&mut self, event: &Event, epochs: &mut usize) {
+        match event {
+            Event::Started { device, out_dir, start_epoch, epochs: e, steps_per_epoch, samples, predicted_peak_bytes } => {
+                *epochs = *e;
+                self.steps_per_epoch = *steps_per_epoch;
+                eprintln!(
+                    "training on {device}: {} train / {} val images, {steps_per_epoch} steps per epoch, predicted peak {}, run folder {}",
+                    samples.0,
+                    samples.1,
+                    human_bytes(*predicted_peak_bytes),
+                    out_dir.display()
+                );
+                self.new_bar(*start_epoch, *e);
+            }
+            Event::Step { step, epoch, loss, accuracy, lr, images_per_sec } => {
+                if self.bar.is_none() {
+                    self.new_bar(*epoch, *epochs);
+                }
+                if let Some(b) = &self.bar {
+                    let pos = if self.steps_per_epoch > 0 { (*step - 1) % self.steps_per_epoch + 1 } else { *step };
+                    b.set_position(pos as u64);
+                    b.set_message(format!("loss {loss:.4} acc {:.1}% lr {lr:.2e} {images_per_sec:.0} img/s", accuracy * 100.0));
+                }
+            }
+            Event::Memory { bytes_in_use, bytes_reserved, peak_bytes_in_use, .. } => {
+                tracing::debug!(bytes_in_use, bytes_reserved, peak_bytes_in_use, "memory sample");
+            }
+            Event::EpochEnd { epoch, train_loss, train_accuracy, val_loss, val_accuracy, secs, skipped } => {
+                let skipped = if *skipped > 0 { format!(", {skipped} files skipped") } else { String::new() };
+                self.println(format!(
+                    "epoch {}: train loss {train_loss:.4} acc {:.2}% | val loss {val_loss:.4} acc {:.2}% | {secs:.1} s{skipped}",
+                    epoch + 1,
+                    train_accuracy * 100.0,
+                    val_accuracy * 100.0
+                ));
+                if epoch + 1 < *epochs {
+                    self.new_bar(epoch + 1, *epochs);
+                }
+            }
+            Event::Checkpoint { path } => tracing::info!("checkpoint {}", path.display()),
+            Event::Warning(w) => {
+                self.warnings += 1;
+                if self.warnings <= 20 {
+                    self.println(format!("warning: {w}"));
+                } else if self.warnings == 21 {
+                    self.println("warning: more warnings follow; see the epoch summaries".into());
+                }
+            }
+            Event::Info(s) => self.println(s.clone()),
+            Event::BatchAdapted { batch_size, grad_accum_steps, reason } => {
+                self.println(format!("memory: micro-batch now {batch_size} x {grad_accum_steps} accumulation steps ({reason})"));
+            }
+        }
+    }
+
+    /// Removes the bar.
+    pub fn finish(&mut self) {
+        if let Some(b) = self.bar.take() {
+            b.finish_and_clear();
+        }
+    }
+}

@@ -1,0 +1,440 @@
+//! Run configuration: the TOML presets in `configs/` and the overrides given on the command line.
+//!
+//! Every knob a preset sets lives here, grouped as the file is: `[model]`, `[data]`,
+//! `[augment]`, `[train]`, `[optimizer]`, `[memory]`. Unknown keys are errors (a typo must not
+//! silently fall back to a default) and every value is range-checked by [`Config::validate`].
+
+use serde::{Deserialize, Serialize};
+use std::path::Path;
+
+use crate::error::{Error, Result};
+use crate::preprocess::{PreprocessConfig, PreprocessMode};
+
+/// A complete run configuration (one `configs/*.toml` file).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    /// Preset name shown in logs and the app ("quickstart", "8gb", or "custom").
+    #[serde(default = "default_name")]
+    pub name: String,
+    /// Seed for weight init, shuffling, the validation split and augmentation.
+    #[serde(default = "default_seed")]
+    pub seed: u64,
+    /// Network shape.
+    #[serde(default)]
+    pub model: ModelConfig,
+    /// Image loading and preprocessing.
+    #[serde(default)]
+    pub data: DataConfig,
+    /// Training-time augmentation switches.
+    #[serde(default)]
+    pub augment: AugmentConfig,
+    /// Loop settings: batch, accumulation, precision, checkpointing, loss.
+    #[serde(default)]
+    pub train: TrainConfig,
+    /// AdamW and its learning-rate schedule.
+    #[serde(default)]
+    pub optimizer: OptimizerConfig,
+    /// The device-memory budget the run must hold.
+    #[serde(default)]
+    pub memory: MemoryConfig,
+}
+
+fn default_name() -> String {
+    "custom".into()
+}
+fn default_seed() -> u64 {
+    42
+}
+
+/// Activation function used after every normalization.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Activation {
+    /// Gaussian error linear unit (tanh-free exact form).
+    Gelu,
+    /// Rectified linear unit.
+    Relu,
+}
+
+/// One stage of depthwise-separable blocks: `blocks` blocks, the first with `stride`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StageConfig {
+    /// Output channels at width 1.0.
+    pub channels: usize,
+    /// Stride of the first block's depthwise convolution (1 or 2).
+    pub stride: usize,
+    /// Number of blocks in the stage (at least 1).
+    pub blocks: usize,
+}
+
+/// Network shape. The network is built by [`crate::model::Classifier`].
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ModelConfig {
+    /// Width multiplier applied to every channel count (rounded to a multiple of `norm_groups`).
+    pub width: f64,
+    /// Stem output channels at width 1.0 (the stem is a 3x3 stride-2 convolution).
+    pub stem_channels: usize,
+    /// The stages after the stem, in order.
+    pub stages: Vec<StageConfig>,
+    /// GroupNorm groups (channels per group = channels / norm_groups).
+    pub norm_groups: usize,
+    /// Activation after each normalization.
+    pub activation: Activation,
+    /// Standard deviation of the head's normal init (small, so the first logits are near zero).
+    pub head_init_std: f64,
+}
+
+impl Default for ModelConfig {
+    /// The full-size network: about 3M parameters for 1000 classes at width 1.0.
+    fn default() -> Self {
+        let s = |channels, stride, blocks| StageConfig { channels, stride, blocks };
+        Self {
+            width: 1.0,
+            stem_channels: 32,
+            stages: vec![s(48, 1, 1), s(96, 2, 2), s(192, 2, 2), s(384, 2, 4), s(1024, 2, 2)],
+            norm_groups: 8,
+            activation: Activation::Gelu,
+            head_init_std: 0.01,
+        }
+    }
+}
+
+/// How pixels become the model's input.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct DataConfig {
+    /// Geometry: mode, load_size, crop_size (pixels).
+    pub preprocess: PreprocessConfig,
+    /// Fraction of a folder dataset without `val/` held out for validation, 0 to 0.5.
+    pub val_fraction: f64,
+    /// Per-channel mean subtracted after scaling pixels to 0..1 (RGB order).
+    pub mean: [f32; 3],
+    /// Per-channel standard deviation divided by after the mean (RGB order).
+    pub std: [f32; 3],
+    /// Images whose header claims more pixels than this are rejected before decoding.
+    pub max_image_pixels: u64,
+    /// Colour that transparent pixels are composited over.
+    pub alpha: crate::image_io::AlphaPolicy,
+    /// Decode/augment worker threads (0 = one per core, at most 4).
+    pub workers: usize,
+    /// Batches decoded ahead of the training step (bounded host memory).
+    pub prefetch_batches: usize,
+    /// Accept class folders with no usable images (warn and skip them) instead of failing.
+    pub allow_empty_classes: bool,
+}
+
+impl Default for DataConfig {
+    fn default() -> Self {
+        Self {
+            preprocess: PreprocessConfig::default(),
+            val_fraction: 0.1,
+            mean: [0.485, 0.456, 0.406],
+            std: [0.229, 0.224, 0.225],
+            max_image_pixels: 64_000_000,
+            alpha: crate::image_io::AlphaPolicy::White,
+            workers: 0,
+            prefetch_batches: 4,
+            allow_empty_classes: false,
+        }
+    }
+}
+
+/// Training-time augmentation switches (evaluation and prediction never augment).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AugmentConfig {
+    /// Random crop position (center crop when off) in the crop modes.
+    pub random_crop: bool,
+    /// Horizontal flip with probability 0.5.
+    pub hflip: bool,
+    /// Brightness/contrast/saturation jitter strength (0 = off, 0.4 = torchvision's usual).
+    pub color_jitter: f32,
+    /// Probability of erasing one random rectangle (Zhong et al. 2017), 0 = off.
+    pub random_erasing: f32,
+}
+
+impl Default for AugmentConfig {
+    fn default() -> Self {
+        Self { random_crop: true, hflip: true, color_jitter: 0.2, random_erasing: 0.25 }
+    }
+}
+
+/// Numeric precision of the forward and backward passes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Precision {
+    /// Everything in f32.
+    F32,
+    /// Convolutions and head in f16, master weights, optimizer state, norms and loss in f32,
+    /// with dynamic loss scaling.
+    F16,
+}
+
+/// Loop settings.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TrainConfig {
+    /// Number of passes over the training set.
+    pub epochs: usize,
+    /// Images per micro-batch (what is on the device at once).
+    pub batch_size: usize,
+    /// Micro-batches whose gradients are summed before one optimizer step
+    /// (effective batch = batch_size x grad_accum_steps).
+    pub grad_accum_steps: usize,
+    /// Forward/backward precision.
+    pub precision: Precision,
+    /// Recompute memory-bound activations in backward instead of keeping them.
+    pub checkpointing: bool,
+    /// Label smoothing epsilon of the cross-entropy (Szegedy et al. 2016), 0 to 0.5.
+    pub label_smoothing: f32,
+    /// Global L2 norm the whole gradient is clipped to (0 = off), as `torch.nn.utils.clip_grad_norm_`.
+    pub grad_clip_norm: f32,
+    /// Sample device memory every this many optimizer steps (sampling synchronizes the device).
+    pub memory_sample_every: usize,
+    /// In f16, stop after this many consecutive skipped (overflowing) steps.
+    pub max_skipped_steps: usize,
+}
+
+impl Default for TrainConfig {
+    fn default() -> Self {
+        Self {
+            epochs: 10,
+            batch_size: 16,
+            grad_accum_steps: 1,
+            precision: Precision::F32,
+            checkpointing: false,
+            label_smoothing: 0.1,
+            grad_clip_norm: 1.0,
+            memory_sample_every: 10,
+            max_skipped_steps: 20,
+        }
+    }
+}
+
+/// AdamW (Loshchilov & Hutter 2019) with linear warmup then cosine decay.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct OptimizerConfig {
+    /// Peak learning rate, reached at the end of warmup.
+    pub lr: f64,
+    /// Decoupled weight decay.
+    pub weight_decay: f64,
+    /// Epochs of linear warmup from 0 to `lr` (fractions allowed).
+    pub warmup_epochs: f64,
+    /// Learning rate at the end of the cosine, as a fraction of `lr`.
+    pub min_lr_ratio: f64,
+    /// Adam's first-moment decay.
+    pub beta1: f32,
+    /// Adam's second-moment decay.
+    pub beta2: f32,
+    /// Adam's epsilon.
+    pub epsilon: f32,
+}
+
+impl Default for OptimizerConfig {
+    fn default() -> Self {
+        Self {
+            lr: 2e-3,
+            weight_decay: 0.05,
+            warmup_epochs: 1.0,
+            min_lr_ratio: 0.01,
+            beta1: 0.9,
+            beta2: 0.999,
+            epsilon: 1e-8,
+        }
+    }
+}
+
+/// The memory budget a run must fit.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct MemoryConfig {
+    /// Device bytes the run may use at its peak (the tier: 4, 6, 8 or 12 GiB).
+    pub memory_budget_bytes: u64,
+}
+
+impl Default for MemoryConfig {
+    fn default() -> Self {
+        Self { memory_budget_bytes: 8 << 30 }
+    }
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            name: default_name(),
+            seed: default_seed(),
+            model: ModelConfig::default(),
+            data: DataConfig::default(),
+            augment: AugmentConfig::default(),
+            train: TrainConfig::default(),
+            optimizer: OptimizerConfig::default(),
+            memory: MemoryConfig::default(),
+        }
+    }
+}
+
+impl Config {
+    /// Reads and validates a TOML config file.
+    ///
+    /// # Errors
+    /// [`Error::Config`] naming the file for unreadable files, TOML syntax, unknown keys
+    /// and out-of-range values.
+    pub fn load(path: &Path) -> Result<Self> {
+        let text = std::fs::read_to_string(path).map_err(|e| Error::Config {
+            source_name: path.display().to_string(),
+            message: format!("cannot read it ({e}); pass an existing file such as configs/quickstart.toml"),
+        })?;
+        Self::from_toml(&text, &path.display().to_string())
+    }
+
+    /// Parses and validates TOML text; `source_name` names it in errors.
+    ///
+    /// # Errors
+    /// [`Error::Config`] for syntax, unknown keys and out-of-range values.
+    pub fn from_toml(text: &str, source_name: &str) -> Result<Self> {
+        let config: Config = toml::from_str(text).map_err(|e| Error::Config {
+            source_name: source_name.to_string(),
+            message: one_line(&e.to_string()),
+        })?;
+        config.validate().map_err(|message| Error::Config { source_name: source_name.to_string(), message })?;
+        Ok(config)
+    }
+
+    /// This config as TOML text (what `configs/*.toml` hold).
+    pub fn to_toml(&self) -> String {
+        toml::to_string_pretty(self).unwrap_or_else(|e| format!("# cannot serialize config: {e}\n"))
+    }
+
+    /// Applies one `key=value` override such as `train.batch_size=32` or
+    /// `data.preprocess.mode="crop"`. The value is parsed as TOML; a bare word becomes a string.
+    ///
+    /// # Errors
+    /// [`Error::Config`] naming the key when it does not exist or the value is out of range.
+    pub fn set(&mut self, assignment: &str) -> Result<()> {
+        let err = |message: String| Error::Config { source_name: format!("--set {assignment}"), message };
+        let (key, raw) = assignment
+            .split_once('=')
+            .ok_or_else(|| err("expected KEY=VALUE, e.g. train.batch_size=32".into()))?;
+        let key = key.trim();
+        let value: toml::Value = match toml::from_str::<toml::Table>(&format!("v = {}", raw.trim())) {
+            Ok(mut t) => t.remove("v").unwrap_or(toml::Value::String(raw.trim().into())),
+            Err(_) => toml::Value::String(raw.trim().to_string()),
+        };
+        let mut root = toml::Value::try_from(&*self).map_err(|e| err(e.to_string()))?;
+        let mut node = &mut root;
+        let parts: Vec<&str> = key.split('.').collect();
+        for (i, part) in parts.iter().enumerate() {
+            let table = node.as_table_mut().ok_or_else(|| err(format!("`{key}` is not a config key")))?;
+            if i + 1 == parts.len() {
+                if !table.contains_key(*part) {
+                    return Err(err(format!("unknown key `{key}`; see configs/quickstart.toml for every key")));
+                }
+                table.insert(part.to_string(), value.clone());
+                break;
+            }
+            node = table
+                .get_mut(*part)
+                .ok_or_else(|| err(format!("unknown key `{key}`; see configs/quickstart.toml for every key")))?;
+        }
+        let updated: Config = root.try_into().map_err(|e: toml::de::Error| err(one_line(&e.to_string())))?;
+        updated.validate().map_err(err)?;
+        *self = updated;
+        Ok(())
+    }
+
+    /// Checks every value's range; the message names the key and the allowed range.
+    ///
+    /// # Errors
+    /// A one-line message naming the key.
+    pub fn validate(&self) -> std::result::Result<(), String> {
+        let t = &self.train;
+        let check = |ok: bool, msg: &str| if ok { Ok(()) } else { Err(msg.to_string()) };
+        check(t.batch_size >= 1 && t.batch_size <= 4096, "train.batch_size must be 1..=4096")?;
+        check(t.grad_accum_steps >= 1 && t.grad_accum_steps <= 1024, "train.grad_accum_steps must be 1..=1024")?;
+        check(t.epochs >= 1 && t.epochs <= 10_000, "train.epochs must be 1..=10000")?;
+        check((0.0..=0.5).contains(&t.label_smoothing), "train.label_smoothing must be in 0..=0.5")?;
+        check(t.grad_clip_norm >= 0.0 && t.grad_clip_norm.is_finite(), "train.grad_clip_norm must be >= 0 (0 = off)")?;
+        check(t.memory_sample_every >= 1, "train.memory_sample_every must be >= 1")?;
+        check(t.max_skipped_steps >= 1, "train.max_skipped_steps must be >= 1")?;
+        let o = &self.optimizer;
+        check(o.lr > 0.0 && o.lr.is_finite(), "optimizer.lr must be > 0")?;
+        check(o.weight_decay >= 0.0, "optimizer.weight_decay must be >= 0")?;
+        check(o.warmup_epochs >= 0.0, "optimizer.warmup_epochs must be >= 0")?;
+        check((0.0..=1.0).contains(&o.min_lr_ratio), "optimizer.min_lr_ratio must be in 0..=1")?;
+        check((0.0..1.0).contains(&o.beta1) && (0.0..1.0).contains(&o.beta2), "optimizer.beta1/beta2 must be in 0..1")?;
+        let m = &self.model;
+        check(m.width > 0.0 && m.width <= 4.0, "model.width must be in (0, 4]")?;
+        check(m.stem_channels >= 1, "model.stem_channels must be >= 1")?;
+        check(!m.stages.is_empty(), "model.stages must list at least one stage")?;
+        check(m.norm_groups >= 1, "model.norm_groups must be >= 1")?;
+        for (i, s) in m.stages.iter().enumerate() {
+            if s.blocks == 0 || s.channels == 0 || !(1..=2).contains(&s.stride) {
+                return Err(format!("model.stages[{i}]: channels >= 1, blocks >= 1 and stride 1 or 2 required"));
+            }
+        }
+        let d = &self.data;
+        check((0.0..=0.5).contains(&d.val_fraction), "data.val_fraction must be in 0..=0.5")?;
+        check(d.std.iter().all(|s| *s > 0.0), "data.std values must be > 0")?;
+        check(d.max_image_pixels >= 1, "data.max_image_pixels must be >= 1")?;
+        check(d.prefetch_batches >= 1, "data.prefetch_batches must be >= 1")?;
+        self.data.preprocess.validate()?;
+        let a = &self.augment;
+        check((0.0..=1.0).contains(&a.color_jitter), "augment.color_jitter must be in 0..=1")?;
+        check((0.0..=1.0).contains(&a.random_erasing), "augment.random_erasing must be in 0..=1")?;
+        check(self.memory.memory_budget_bytes >= 1 << 20, "memory.memory_budget_bytes must be >= 1 MiB")?;
+        if d.preprocess.mode == PreprocessMode::None && t.batch_size > 1 {
+            // Allowed: every image is rounded to one size per batch by the loader (see preprocess).
+        }
+        Ok(())
+    }
+
+    /// Side length in pixels of the square images the network is trained on.
+    pub fn image_size_px(&self) -> usize {
+        self.data.preprocess.crop_size
+    }
+}
+
+fn one_line(s: &str) -> String {
+    s.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unknown_key_is_an_error_naming_it() {
+        let err = Config::from_toml("[train]\nbatch_sise = 3\n", "x.toml").unwrap_err().to_string();
+        assert!(err.contains("x.toml") && err.contains("batch_sise"), "{err}");
+    }
+
+    #[test]
+    fn out_of_range_value_names_the_key() {
+        let err = Config::from_toml("[train]\nbatch_size = 0\n", "y.toml").unwrap_err().to_string();
+        assert!(err.contains("train.batch_size"), "{err}");
+    }
+
+    #[test]
+    fn set_overrides_nested_keys_and_rejects_unknown_ones() {
+        let mut c = Config::default();
+        c.set("train.batch_size=32").unwrap();
+        c.set("data.preprocess.mode=crop").unwrap();
+        c.set("optimizer.lr=0.01").unwrap();
+        assert_eq!(c.train.batch_size, 32);
+        assert_eq!(c.data.preprocess.mode, PreprocessMode::Crop);
+        assert_eq!(c.optimizer.lr, 0.01);
+        assert!(c.set("train.nope=1").unwrap_err().to_string().contains("train.nope"));
+        assert!(c.set("train.batch_size=-1").is_err());
+        assert_eq!(c.train.batch_size, 32, "a failed override leaves the config unchanged");
+    }
+
+    #[test]
+    fn toml_round_trip() {
+        let c = Config::default();
+        assert_eq!(Config::from_toml(&c.to_toml(), "rt").unwrap(), c);
+    }
+}

@@ -1,0 +1,356 @@
+//! Datasets: ImageFolder trees and IDX files, scanned into lists of samples (nothing decoded).
+//!
+//! Folder layout: `root/<class>/**/<image>` or `root/{train,val}/<class>/...` (`test/` is taken
+//! when there is no `val/`). Scan rules:
+//! - hidden files and folders and OS junk (`.DS_Store`, `._*`, `Thumbs.db`, `desktop.ini`,
+//!   `__MACOSX`, `.ipynb_checkpoints`) are ignored and counted;
+//! - extensions are matched case-insensitively (`jpg jpeg png bmp webp gif tif tiff`), each file once;
+//! - nested folders under a class belong to that class; symlinks are followed, loops skipped;
+//! - class names are the folder names, byte-exact UTF-8, in code-point order;
+//! - a class with no image is an error naming it (or a warning with `allow_empty_classes`).
+//!
+//! An IDX folder holds `train-*` and optionally `t10k-*` image/label pairs (see [`crate::idx`]).
+
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use rand::SeedableRng;
+use rand::seq::SliceRandom;
+
+use crate::error::{Error, Result};
+use crate::idx::{self, IdxImages};
+
+/// File extensions taken as images (compared lower-cased).
+pub const IMAGE_EXTENSIONS: [&str; 8] = ["jpg", "jpeg", "png", "bmp", "webp", "gif", "tif", "tiff"];
+
+/// Fashion-MNIST's class names, label order.
+pub const FASHION_MNIST_CLASSES: [&str; 10] =
+    ["T-shirt/top", "Trouser", "Pullover", "Dress", "Coat", "Sandal", "Shirt", "Sneaker", "Bag", "Ankle boot"];
+
+/// Where one sample's pixels come from.
+#[derive(Clone, Debug)]
+pub enum SampleSource {
+    /// An encoded image file.
+    File(PathBuf),
+    /// Image `index` of an IDX file.
+    Idx {
+        /// The shared images.
+        images: Arc<IdxImages>,
+        /// Which image.
+        index: usize,
+    },
+}
+
+impl SampleSource {
+    /// A name for messages: the path, or `idx#N`.
+    pub fn describe(&self) -> String {
+        match self {
+            SampleSource::File(p) => p.display().to_string(),
+            SampleSource::Idx { index, .. } => format!("idx image #{index}"),
+        }
+    }
+}
+
+/// One labelled sample.
+#[derive(Clone, Debug)]
+pub struct Sample {
+    /// The pixels' source.
+    pub source: SampleSource,
+    /// Class index into [`Dataset::class_names`].
+    pub label: usize,
+}
+
+/// A list of samples and the class names.
+#[derive(Clone, Debug, Default)]
+pub struct Dataset {
+    /// Class names, index = label.
+    pub class_names: Vec<String>,
+    /// The samples.
+    pub samples: Vec<Sample>,
+}
+
+impl Dataset {
+    /// Number of samples per class, index = label.
+    pub fn class_counts(&self) -> Vec<usize> {
+        let mut counts = vec![0; self.class_names.len()];
+        for s in &self.samples {
+            counts[s.label] += 1;
+        }
+        counts
+    }
+
+    /// A class-balanced subset of at most `n` samples, first ones of each class in order.
+    pub fn balanced_subset(&self, n: usize) -> Dataset {
+        let per_class = n.div_ceil(self.class_names.len().max(1));
+        let mut taken = vec![0; self.class_names.len()];
+        let samples = self
+            .samples
+            .iter()
+            .filter(|s| {
+                taken[s.label] += 1;
+                taken[s.label] <= per_class
+            })
+            .take(n)
+            .cloned()
+            .collect();
+        Dataset { class_names: self.class_names.clone(), samples }
+    }
+}
+
+/// What a scan found besides the samples.
+#[derive(Clone, Debug, Default)]
+pub struct ScanReport {
+    /// Hidden files, OS junk and files with other extensions that were ignored.
+    pub ignored: Vec<PathBuf>,
+    /// Class folders without images that were skipped (only with `allow_empty_classes`).
+    pub empty_classes: Vec<String>,
+    /// Symlinked folders skipped because they lead back into the walk.
+    pub symlink_loops: Vec<PathBuf>,
+}
+
+/// Training and validation data with where they came from.
+#[derive(Clone, Debug)]
+pub struct Splits {
+    /// Training samples.
+    pub train: Dataset,
+    /// Validation (or test) samples.
+    pub val: Dataset,
+    /// One line saying where the data came from and how it was split.
+    pub description: String,
+    /// Scan findings (folders only).
+    pub report: ScanReport,
+}
+
+/// Scan options.
+#[derive(Clone, Copy, Debug)]
+pub struct ScanOptions {
+    /// Fraction held out for validation when the data has no validation split.
+    pub val_fraction: f64,
+    /// Seed of that split.
+    pub seed: u64,
+    /// Skip empty classes with a warning instead of failing.
+    pub allow_empty_classes: bool,
+}
+
+/// Is this directory entry name hidden or OS junk?
+pub fn is_junk(name: &str) -> bool {
+    name.starts_with('.')
+        || name.eq_ignore_ascii_case("thumbs.db")
+        || name.eq_ignore_ascii_case("desktop.ini")
+        || name == "__MACOSX"
+}
+
+/// Does this file name have an image extension (any case)?
+pub fn has_image_extension(path: &Path) -> bool {
+    path.extension()
+        .and_then(|e| e.to_str())
+        .is_some_and(|e| IMAGE_EXTENSIONS.contains(&e.to_ascii_lowercase().as_str()))
+}
+
+/// Opens a dataset folder (ImageFolder or IDX) and splits it.
+///
+/// # Errors
+/// [`Error::Dataset`] naming the folder: missing, no classes, images in the root, empty classes.
+pub fn open(path: &Path, opts: &ScanOptions) -> Result<Splits> {
+    let dir = if path.is_file() { path.parent().unwrap_or(Path::new(".")).to_path_buf() } else { path.to_path_buf() };
+    if !dir.is_dir() {
+        return Err(Error::Dataset {
+            path: path.into(),
+            message: "no such folder; pass --data with an ImageFolder (root/<class>/*.jpg) or an IDX folder".into(),
+        });
+    }
+    if let Some((imgs, labs)) = idx::find_split(&dir, "train") {
+        return open_idx(&dir, &imgs, &labs, opts);
+    }
+    let train_dir = dir.join("train");
+    if train_dir.is_dir() {
+        let val_dir = ["val", "valid", "validation", "test"].iter().map(|n| dir.join(n)).find(|p| p.is_dir());
+        let (train, mut report) = scan_folder(&train_dir, opts)?;
+        if let Some(val_dir) = val_dir {
+            let (mut val, r2) = scan_folder(&val_dir, opts)?;
+            remap_labels(&mut val, &train.class_names, &val_dir)?;
+            report.ignored.extend(r2.ignored);
+            let description = format!("{} (train/ and {}/)", dir.display(), val_dir.file_name().unwrap_or_default().to_string_lossy());
+            return Ok(Splits { train, val, description, report });
+        }
+        let (train, val) = split(train, opts);
+        return Ok(Splits { train, val, description: format!("{} (train/, {:.0}% held out)", dir.display(), opts.val_fraction * 100.0), report });
+    }
+    let (all, report) = scan_folder(&dir, opts)?;
+    let (train, val) = split(all, opts);
+    let description = format!("{} ({:.0}% held out for validation, seed {})", dir.display(), opts.val_fraction * 100.0, opts.seed);
+    Ok(Splits { train, val, description, report })
+}
+
+fn remap_labels(val: &mut Dataset, train_classes: &[String], val_dir: &Path) -> Result<()> {
+    let mut map = Vec::new();
+    for name in &val.class_names {
+        let idx = train_classes.iter().position(|c| c == name).ok_or_else(|| Error::Dataset {
+            path: val_dir.join(name),
+            message: "class not present in train/; validation classes must be a subset of training classes".into(),
+        })?;
+        map.push(idx);
+    }
+    for s in &mut val.samples {
+        s.label = map[s.label];
+    }
+    val.class_names = train_classes.to_vec();
+    Ok(())
+}
+
+/// Seeded stratified split: `val_fraction` of each class goes to validation.
+fn split(all: Dataset, opts: &ScanOptions) -> (Dataset, Dataset) {
+    let mut rng = rand::rngs::SmallRng::seed_from_u64(opts.seed);
+    let mut train = Dataset { class_names: all.class_names.clone(), samples: vec![] };
+    let mut val = train.clone();
+    for class in 0..all.class_names.len() {
+        let mut of_class: Vec<Sample> = all.samples.iter().filter(|s| s.label == class).cloned().collect();
+        of_class.shuffle(&mut rng);
+        let n_val = if of_class.len() >= 2 { ((of_class.len() as f64 * opts.val_fraction).round() as usize).max(usize::from(opts.val_fraction > 0.0)) } else { 0 };
+        val.samples.extend(of_class.drain(..n_val));
+        train.samples.extend(of_class);
+    }
+    (train, val)
+}
+
+fn open_idx(dir: &Path, imgs: &Path, labs: &Path, opts: &ScanOptions) -> Result<Splits> {
+    let (train_imgs, train_labels) = idx::load_pair(imgs, labs)?;
+    let class_names = idx_class_names(dir, &train_labels);
+    let to_dataset = |images: IdxImages, labels: Vec<u8>| -> Result<Dataset> {
+        let images = Arc::new(images);
+        let samples = labels
+            .iter()
+            .enumerate()
+            .map(|(index, &l)| {
+                if (l as usize) < class_names.len() {
+                    Ok(Sample { source: SampleSource::Idx { images: images.clone(), index }, label: l as usize })
+                } else {
+                    Err(Error::Dataset { path: dir.into(), message: format!("label {l} has no class name in classes.txt") })
+                }
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Dataset { class_names: class_names.clone(), samples })
+    };
+    let train = to_dataset(train_imgs, train_labels)?;
+    if let Some((ti, tl)) = idx::find_split(dir, "t10k") {
+        let (test_imgs, test_labels) = idx::load_pair(&ti, &tl)?;
+        let val = to_dataset(test_imgs, test_labels)?;
+        return Ok(Splits { train, val, description: format!("{} (IDX, train + t10k)", dir.display()), report: ScanReport::default() });
+    }
+    let (train, val) = split(train, opts);
+    Ok(Splits { train, val, description: format!("{} (IDX, {:.0}% held out)", dir.display(), opts.val_fraction * 100.0), report: ScanReport::default() })
+}
+
+/// Class names of an IDX folder: `classes.txt` (one per line) if present, Fashion-MNIST's when
+/// the folder name says fashion, else the label numbers.
+fn idx_class_names(dir: &Path, labels: &[u8]) -> Vec<String> {
+    if let Ok(text) = std::fs::read_to_string(dir.join("classes.txt")) {
+        let names: Vec<String> = text.lines().map(str::trim).filter(|l| !l.is_empty()).map(String::from).collect();
+        if !names.is_empty() {
+            return names;
+        }
+    }
+    if dir.to_string_lossy().to_ascii_lowercase().contains("fashion") {
+        return FASHION_MNIST_CLASSES.iter().map(|s| s.to_string()).collect();
+    }
+    let n = labels.iter().copied().max().map_or(0, |m| m as usize + 1);
+    (0..n).map(|i| i.to_string()).collect()
+}
+
+/// Scans one ImageFolder root: `root/<class>/**/<image>`.
+///
+/// # Errors
+/// [`Error::Dataset`]: unreadable root, images directly in the root, no class folder, empty classes.
+pub fn scan_folder(root: &Path, opts: &ScanOptions) -> Result<(Dataset, ScanReport)> {
+    let err = |message: String| Error::Dataset { path: root.into(), message };
+    let entries = std::fs::read_dir(root).map_err(|e| err(format!("cannot read folder: {e}")))?;
+    let mut report = ScanReport::default();
+    let mut class_dirs = Vec::new();
+    let mut root_images = 0;
+    for entry in entries.flatten() {
+        let name = entry.file_name().to_string_lossy().to_string();
+        let path = entry.path();
+        if is_junk(&name) {
+            report.ignored.push(path);
+        } else if path.is_dir() {
+            class_dirs.push((name, path));
+        } else if has_image_extension(&path) {
+            root_images += 1;
+        } else {
+            report.ignored.push(path);
+        }
+    }
+    if class_dirs.is_empty() {
+        let found = if root_images > 0 { format!("{root_images} images directly in it and no class folders") } else { "no class folders".into() };
+        return Err(err(format!(
+            "{found}; expected one folder per class: {}/<class_name>/<image files> (e.g. cats/001.jpg, dogs/002.jpg)",
+            root.display()
+        )));
+    }
+    class_dirs.sort_by(|a, b| a.0.cmp(&b.0));
+    let mut dataset = Dataset::default();
+    let mut empty = Vec::new();
+    for (name, path) in class_dirs {
+        let mut files = Vec::new();
+        let mut visited = HashSet::new();
+        walk_class(&path, &mut files, &mut visited, &mut report);
+        files.sort();
+        if files.is_empty() {
+            empty.push(name);
+            continue;
+        }
+        let label = dataset.class_names.len();
+        dataset.class_names.push(name);
+        dataset.samples.extend(files.into_iter().map(|p| Sample { source: SampleSource::File(p), label }));
+    }
+    if !empty.is_empty() {
+        if !opts.allow_empty_classes {
+            return Err(err(format!(
+                "class folders with no images: {}; add images, delete the folders, or pass --allow-empty-classes to skip them",
+                empty.join(", ")
+            )));
+        }
+        report.empty_classes = empty;
+    }
+    if dataset.class_names.is_empty() {
+        return Err(err("no images found in any class folder".into()));
+    }
+    Ok((dataset, report))
+}
+
+fn walk_class(dir: &Path, files: &mut Vec<PathBuf>, visited: &mut HashSet<PathBuf>, report: &mut ScanReport) {
+    let Ok(canonical) = dir.canonicalize() else { return };
+    if !visited.insert(canonical) {
+        report.symlink_loops.push(dir.into());
+        return;
+    }
+    let Ok(entries) = std::fs::read_dir(dir) else { return };
+    for entry in entries.flatten() {
+        let name = entry.file_name().to_string_lossy().to_string();
+        let path = entry.path();
+        if is_junk(&name) {
+            report.ignored.push(path);
+        } else if path.is_dir() {
+            walk_class(&path, files, visited, report);
+        } else if path.is_file() && has_image_extension(&path) {
+            files.push(path);
+        } else {
+            report.ignored.push(path);
+        }
+    }
+}
+
+/// The bundled Fashion-MNIST subset: `$VRAMFIT_ASSETS`, else `assets/` under the current
+/// directory, else `assets/` of the source tree this binary was built from.
+pub fn bundled_dataset_dir() -> PathBuf {
+    let sub = "fashion-mnist-subset";
+    if let Ok(dir) = std::env::var("VRAMFIT_ASSETS") {
+        return PathBuf::from(dir).join(sub);
+    }
+    let local = PathBuf::from("assets").join(sub);
+    if local.is_dir() {
+        return local;
+    }
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("assets").join(sub)
+}

@@ -1,0 +1,183 @@
+//! Compute devices: the wgpu adapters on this machine and burn's CPU backends.
+//!
+//! `--adapter N` indexes [`list_adapters`]; `--device cpu` picks a CPU backend. With no adapter
+//! at all, [`select`] falls back to the CPU by itself and says so.
+
+use burn::tensor::{Device, DeviceKind, FloatDType};
+use serde::Serialize;
+
+use crate::error::{Error, Result};
+
+/// One wgpu adapter.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct AdapterInfo {
+    /// Index for `--adapter`.
+    pub index: usize,
+    /// Adapter name, e.g. "llvmpipe (LLVM 15.0.6, 256 bits)".
+    pub name: String,
+    /// Graphics API: Vulkan, Metal, Dx12, Gl, BrowserWebGpu.
+    pub backend: String,
+    /// DiscreteGpu, IntegratedGpu, VirtualGpu, Cpu or Other.
+    pub device_type: String,
+    /// Driver name and version.
+    pub driver: String,
+    /// Largest buffer in bytes.
+    pub max_buffer_size: u64,
+    /// Largest storage-buffer binding in bytes (what one tensor may occupy).
+    pub max_storage_buffer_binding_size: u64,
+    /// Whether shaders can compute in f16.
+    pub shader_f16: bool,
+    #[serde(skip)]
+    kind: Option<DeviceKind>,
+}
+
+/// Every adapter wgpu sees, in its enumeration order.
+pub fn list_adapters() -> Vec<AdapterInfo> {
+    let instance = wgpu::Instance::new(wgpu::InstanceDescriptor::new_without_display_handle_from_env());
+    let adapters = pollster::block_on(instance.enumerate_adapters(wgpu::Backends::all()));
+    let mut seen: Vec<(wgpu::Backend, wgpu::DeviceType)> = Vec::new();
+    adapters
+        .iter()
+        .enumerate()
+        .map(|(index, a)| {
+            let info = a.get_info();
+            let limits = a.limits();
+            let nth = seen.iter().filter(|(b, t)| *b == info.backend && *t == info.device_type).count();
+            seen.push((info.backend, info.device_type));
+            let kind = match info.device_type {
+                wgpu::DeviceType::DiscreteGpu => Some(DeviceKind::DiscreteGpu(nth)),
+                wgpu::DeviceType::IntegratedGpu => Some(DeviceKind::IntegratedGpu(nth)),
+                wgpu::DeviceType::VirtualGpu => Some(DeviceKind::VirtualGpu(nth)),
+                wgpu::DeviceType::Cpu => Some(DeviceKind::Cpu),
+                wgpu::DeviceType::Other => None,
+            };
+            AdapterInfo {
+                index,
+                name: info.name.clone(),
+                backend: format!("{:?}", info.backend),
+                device_type: format!("{:?}", info.device_type),
+                driver: format!("{} {}", info.driver, info.driver_info).trim().to_string(),
+                max_buffer_size: limits.max_buffer_size,
+                max_storage_buffer_binding_size: limits.max_storage_buffer_binding_size as u64,
+                shader_f16: a.features().contains(wgpu::Features::SHADER_F16),
+                kind,
+            }
+        })
+        .collect()
+}
+
+/// Index in `adapters` of the one the default device picks: the first discrete GPU, else
+/// integrated, virtual, then CPU adapter (wgpu's high-performance preference).
+pub fn default_adapter(adapters: &[AdapterInfo]) -> Option<usize> {
+    ["DiscreteGpu", "IntegratedGpu", "VirtualGpu", "Cpu", "Other"]
+        .iter()
+        .find_map(|t| adapters.iter().position(|a| a.device_type == *t))
+}
+
+/// burn's CPU backends.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CpuBackend {
+    /// burn-ndarray (deprecated in burn 0.22, the fallback users know).
+    Ndarray,
+    /// burn-flex, ndarray's successor.
+    Flex,
+}
+
+impl CpuBackend {
+    /// The faster of the two on the machines measured (see README, "CPU inference").
+    pub const DEFAULT: CpuBackend = CpuBackend::Flex;
+
+    /// The burn device.
+    pub fn device(self) -> Device {
+        match self {
+            #[allow(deprecated)] // ndarray is deprecated upstream but is the fallback users asked for
+            CpuBackend::Ndarray => Device::ndarray(),
+            CpuBackend::Flex => Device::flex(),
+        }
+    }
+}
+
+/// What the user asked to run on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DeviceChoice {
+    /// A wgpu adapter: `Some(index)` into [`list_adapters`], `None` for the default.
+    Gpu(Option<usize>),
+    /// A CPU backend.
+    Cpu(CpuBackend),
+}
+
+/// A device ready for tensors, with what is known about it.
+#[derive(Clone, Debug)]
+pub struct SelectedDevice {
+    /// The burn device (without autodiff).
+    pub device: Device,
+    /// Human name: adapter name and API, or the CPU backend.
+    pub name: String,
+    /// The adapter, for GPU devices.
+    pub adapter: Option<AdapterInfo>,
+    /// A note to show the user (e.g. why the CPU was chosen).
+    pub note: Option<String>,
+}
+
+impl SelectedDevice {
+    /// Whether this is a GPU adapter (memory pools, buffer limits).
+    pub fn is_gpu(&self) -> bool {
+        self.adapter.is_some()
+    }
+
+    /// Whether f16 compute is available.
+    pub fn supports_f16(&self) -> bool {
+        self.device.supports_dtype(FloatDType::F16) && self.adapter.as_ref().is_none_or(|a| a.shader_f16)
+    }
+}
+
+/// Resolves a [`DeviceChoice`]. A GPU request on a machine with no adapter falls back to the
+/// default CPU backend with a note.
+///
+/// # Errors
+/// [`Error::Device`] when `--adapter N` is out of range or of an unusable type.
+pub fn select(choice: DeviceChoice) -> Result<SelectedDevice> {
+    match choice {
+        DeviceChoice::Cpu(b) => Ok(cpu(b, None)),
+        DeviceChoice::Gpu(requested) => {
+            let adapters = list_adapters();
+            let index = match requested {
+                Some(i) if i < adapters.len() => i,
+                Some(i) => {
+                    return Err(Error::Device(format!(
+                        "--adapter {i} does not exist: {} adapter(s) found; run `vramfit devices` to list them",
+                        adapters.len()
+                    )));
+                }
+                None => match default_adapter(&adapters) {
+                    Some(i) => i,
+                    None => {
+                        return Ok(cpu(
+                            CpuBackend::DEFAULT,
+                            Some("no GPU adapter found: running on the CPU (install a Vulkan/Metal/DX12 driver, or mesa-vulkan-drivers for a software adapter)".into()),
+                        ));
+                    }
+                },
+            };
+            let adapter = adapters[index].clone();
+            let kind = adapter.kind.clone().ok_or_else(|| {
+                Error::Device(format!("adapter {index} ({}) has device type Other, which burn cannot select; pick another with --adapter", adapter.name))
+            })?;
+            Ok(SelectedDevice {
+                device: Device::wgpu(kind),
+                name: format!("{} ({}, {})", adapter.name, adapter.backend, adapter.device_type),
+                adapter: Some(adapter),
+                note: None,
+            })
+        }
+    }
+}
+
+fn cpu(backend: CpuBackend, note: Option<String>) -> SelectedDevice {
+    let name = match backend {
+        CpuBackend::Ndarray => "CPU (burn ndarray)",
+        CpuBackend::Flex => "CPU (burn flex)",
+    };
+    SelectedDevice { device: backend.device(), name: name.into(), adapter: None, note }
+}

@@ -1,0 +1,73 @@
+//! The engine's error type: every variant names the file, key or setting at fault and the fix.
+
+use std::path::PathBuf;
+
+/// Errors the engine returns. Each message is one line that names what is wrong and how to fix it.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A config file or override that cannot be used.
+    #[error("config {source_name}: {message}")]
+    Config {
+        /// The file (or `--set` override) the problem is in.
+        source_name: String,
+        /// What is wrong and how to fix it.
+        message: String,
+    },
+    /// A dataset that cannot be used as a whole (missing folder, empty class, bad layout).
+    #[error("dataset {}: {message}", path.display())]
+    Dataset {
+        /// The folder or file at fault.
+        path: PathBuf,
+        /// What is wrong and how to fix it.
+        message: String,
+    },
+    /// One image that cannot be decoded or used.
+    #[error("image {}: {message}", path.display())]
+    Image {
+        /// The image file.
+        path: PathBuf,
+        /// Why it was rejected.
+        message: String,
+    },
+    /// An IDX (MNIST format) file that is malformed.
+    #[error("IDX file {}: {message}", path.display())]
+    Idx {
+        /// The IDX file.
+        path: PathBuf,
+        /// What is malformed.
+        message: String,
+    },
+    /// Preprocess settings that cannot produce a training image from a given source size.
+    #[error("preprocess: {0}")]
+    Preprocess(String),
+    /// The GPU adapter or CPU backend failed (out of memory, buffer over the adapter limit, lost device).
+    #[error("device: {0}")]
+    Device(String),
+    /// A configuration whose predicted memory does not fit the budget.
+    #[error("memory: {0}")]
+    Memory(String),
+    /// Training diverged (non-finite loss or gradients).
+    #[error("training diverged: {0}")]
+    Diverged(String),
+    /// A checkpoint, export or metrics file could not be read or written.
+    #[error("{}: {message}", path.display())]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The cause.
+        message: String,
+    },
+    /// The run was stopped by the user; the last checkpoint is intact.
+    #[error("stopped by the user")]
+    Stopped,
+}
+
+impl Error {
+    /// An [`Error::Io`] for `path` from any displayable cause.
+    pub fn io(path: impl Into<PathBuf>, cause: impl std::fmt::Display) -> Self {
+        Error::Io { path: path.into(), message: cause.to_string() }
+    }
+}
+
+/// Result alias for the engine.
+pub type Result<T, E = Error> = std::result::Result<T, E>;

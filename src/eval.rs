@@ -1,0 +1,152 @@
+//! Evaluation: loss, top-1/top-5 accuracy, per-class accuracy and the confusion matrix.
+
+use std::sync::Arc;
+
+use burn::tensor::{Device, Int, Tensor, TensorData};
+
+use crate::config::Precision;
+use crate::dataset::Dataset;
+use crate::error::{Error, Result};
+use crate::loader::{self, Batch, SamplePipeline};
+use crate::model::Classifier;
+
+/// Results over a dataset.
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize)]
+pub struct EvalResult {
+    /// Mean cross-entropy (no smoothing).
+    pub loss: f32,
+    /// Top-1 accuracy, 0..1.
+    pub top1: f32,
+    /// Top-5 accuracy, 0..1 (top-k with k = classes when fewer than 5).
+    pub top5: f32,
+    /// Class names, label order.
+    pub class_names: Vec<String>,
+    /// `confusion[true][predicted]` counts.
+    pub confusion: Vec<Vec<u64>>,
+    /// Samples evaluated.
+    pub samples: usize,
+    /// Samples skipped (undecodable): (source, reason).
+    pub skipped: Vec<(String, String)>,
+}
+
+impl EvalResult {
+    /// Accuracy of each class, 0..1 (NaN for a class without samples).
+    pub fn per_class_accuracy(&self) -> Vec<f32> {
+        self.confusion
+            .iter()
+            .enumerate()
+            .map(|(i, row)| row[i] as f32 / row.iter().sum::<u64>() as f32)
+            .collect()
+    }
+
+    /// The confusion matrix as CSV: header `true\predicted,<classes>`, one row per true class.
+    pub fn confusion_csv(&self) -> String {
+        let quote = |s: &str| format!("\"{}\"", s.replace('"', "\"\""));
+        let mut out = String::from("true\\predicted");
+        for c in &self.class_names {
+            out.push(',');
+            out.push_str(&quote(c));
+        }
+        out.push('\n');
+        for (name, row) in self.class_names.iter().zip(&self.confusion) {
+            out.push_str(&quote(name));
+            for v in row {
+                out.push_str(&format!(",{v}"));
+            }
+            out.push('\n');
+        }
+        out
+    }
+}
+
+/// Host batch to device tensors: images `[B, 3, H, W]`, labels `[B]`.
+pub fn batch_tensors(batch: Batch, device: &Device) -> (Tensor<4>, Tensor<1, Int>) {
+    let n = batch.len();
+    let images = Tensor::<4>::from_data(TensorData::new(batch.images, [n, 3, batch.height, batch.width]), device);
+    let labels = Tensor::<1, Int>::from_data(TensorData::new(batch.labels, [n]), device);
+    (images, labels)
+}
+
+/// Evaluates `model` (a validation snapshot, no autodiff) on `dataset`.
+///
+/// # Errors
+/// [`Error::Device`] when the device fails to return results.
+pub fn evaluate(
+    model: &Classifier,
+    dataset: Arc<Dataset>,
+    pipeline: Arc<SamplePipeline>,
+    device: &Device,
+    batch_size: usize,
+    precision: Precision,
+    workers: usize,
+) -> Result<EvalResult> {
+    let classes = dataset.class_names.len();
+    let order = Arc::new((0..dataset.samples.len()).collect::<Vec<_>>());
+    let mut result = EvalResult {
+        class_names: dataset.class_names.clone(),
+        confusion: vec![vec![0; classes]; classes],
+        ..Default::default()
+    };
+    let (mut loss_sum, mut top5_hits) = (0f64, 0usize);
+    let k = classes.min(5);
+    for batch in loader::batches(dataset.clone(), pipeline, order, batch_size, 0, 0, workers, 2) {
+        result.skipped.extend(batch.skipped.iter().cloned());
+        if batch.is_empty() {
+            continue;
+        }
+        let labels_host = batch.labels.clone();
+        let n = batch.len();
+        let (images, labels) = batch_tensors(batch, device);
+        let logits = model.forward(images, precision);
+        let logp = burn::tensor::activation::log_softmax(logits, 1); // [B, C]
+        let nll = logp.clone().gather(1, labels.reshape([n, 1])).neg().sum();
+        let data = logp.try_into_data().map_err(|e| Error::Device(format!("reading evaluation results failed: {e:?}")))?;
+        let nll = nll.try_into_scalar::<f32>().map_err(|e| Error::Device(format!("reading evaluation loss failed: {e:?}")))?;
+        loss_sum += nll as f64;
+        let values = data.to_vec::<f32>().map_err(|e| Error::Device(format!("{e:?}")))?;
+        for (i, &label) in labels_host.iter().enumerate() {
+            let row = &values[i * classes..(i + 1) * classes];
+            let ranked = top_k(row, k);
+            result.confusion[label as usize][ranked[0].0] += 1;
+            if ranked.iter().any(|(c, _)| *c == label as usize) {
+                top5_hits += 1;
+            }
+        }
+        result.samples += n;
+    }
+    let n = result.samples.max(1) as f64;
+    let correct: u64 = (0..classes).map(|i| result.confusion[i][i]).sum();
+    result.loss = (loss_sum / n) as f32;
+    result.top1 = (correct as f64 / n) as f32;
+    result.top5 = (top5_hits as f64 / n) as f32;
+    Ok(result)
+}
+
+/// Indices and values of the `k` largest entries, largest first (ties: lower index first).
+pub fn top_k(values: &[f32], k: usize) -> Vec<(usize, f32)> {
+    let mut idx: Vec<(usize, f32)> = values.iter().copied().enumerate().collect();
+    idx.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+    idx.truncate(k);
+    idx
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn top_k_orders_by_value() {
+        assert_eq!(top_k(&[0.1, 0.5, 0.2, 0.9], 2), vec![(3, 0.9), (1, 0.5)]);
+    }
+
+    #[test]
+    fn per_class_and_csv() {
+        let r = EvalResult {
+            class_names: vec!["a".into(), "b \"x\"".into()],
+            confusion: vec![vec![3, 1], vec![0, 2]],
+            ..Default::default()
+        };
+        assert_eq!(r.per_class_accuracy(), vec![0.75, 1.0]);
+        assert_eq!(r.confusion_csv(), "true\\predicted,\"a\",\"b \"\"x\"\"\"\n\"a\",3,1\n\"b \"\"x\"\"\",0,2\n");
+    }
+}

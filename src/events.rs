@@ -1,0 +1,114 @@
+//! What the engine reports while it works, and how it is told to stop.
+//!
+//! The engine calls an [`EventSink`] (a plain callback) from the thread it runs on; the CLI
+//! renders events with progress bars, the app forwards them over a channel to its UI thread.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+/// One progress report from training or evaluation.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Event {
+    /// Training began (or resumed).
+    Started {
+        /// Adapter or backend name.
+        device: String,
+        /// Run folder.
+        out_dir: PathBuf,
+        /// First epoch to run (0-based; > 0 when resuming).
+        start_epoch: usize,
+        /// Total epochs.
+        epochs: usize,
+        /// Optimizer steps per epoch.
+        steps_per_epoch: usize,
+        /// Training and validation sample counts.
+        samples: (usize, usize),
+        /// Predicted peak device bytes.
+        predicted_peak_bytes: u64,
+    },
+    /// One optimizer step finished.
+    Step {
+        /// Global optimizer step (1-based, continues across resume).
+        step: usize,
+        /// Epoch (0-based).
+        epoch: usize,
+        /// Mean training loss of the step's micro-batches.
+        loss: f32,
+        /// Training accuracy of the step's micro-batches, 0..1.
+        accuracy: f32,
+        /// Learning rate used.
+        lr: f64,
+        /// Training images per second over the step.
+        images_per_sec: f64,
+    },
+    /// A device-memory sample (taken every `memory_sample_every` steps; it synchronizes).
+    Memory {
+        /// Global step.
+        step: usize,
+        /// Bytes held by live tensors.
+        bytes_in_use: u64,
+        /// Bytes reserved by the allocator.
+        bytes_reserved: u64,
+        /// Running maximum of `bytes_in_use` samples this run.
+        peak_bytes_in_use: u64,
+    },
+    /// An epoch ended and was evaluated.
+    EpochEnd {
+        /// Epoch (0-based).
+        epoch: usize,
+        /// Mean training loss.
+        train_loss: f32,
+        /// Training accuracy, 0..1.
+        train_accuracy: f32,
+        /// Validation loss.
+        val_loss: f32,
+        /// Validation top-1 accuracy, 0..1.
+        val_accuracy: f32,
+        /// Wall time of the epoch in seconds.
+        secs: f64,
+        /// Samples skipped this epoch (undecodable files).
+        skipped: usize,
+    },
+    /// A checkpoint was written.
+    Checkpoint {
+        /// Its folder.
+        path: PathBuf,
+    },
+    /// Something the user should know that does not stop the run.
+    Warning(String),
+    /// A plain note (e.g. predicted vs measured memory after the first epoch).
+    Info(String),
+    /// The micro-batch was changed to hold the memory budget.
+    BatchAdapted {
+        /// New micro-batch size.
+        batch_size: usize,
+        /// New accumulation steps (effective batch unchanged).
+        grad_accum_steps: usize,
+        /// Why.
+        reason: String,
+    },
+}
+
+/// Receiver of engine events.
+pub type EventSink<'a> = &'a mut dyn FnMut(Event);
+
+/// A cloneable stop flag: set it from any thread; the engine stops after the current step,
+/// saving a checkpoint.
+#[derive(Clone, Debug, Default)]
+pub struct StopSignal(Arc<AtomicBool>);
+
+impl StopSignal {
+    /// A new, unset signal.
+    pub fn new() -> Self {
+        Self::default()
+    }
+    /// Asks the engine to stop.
+    pub fn stop(&self) {
+        self.0.store(true, Ordering::SeqCst);
+    }
+    /// Whether a stop was asked for.
+    pub fn is_set(&self) -> bool {
+        self.0.load(Ordering::SeqCst)
+    }
+}

@@ -1,0 +1,168 @@
+//! Export: the trained weights as burnpack (`model.bpk`) and as safetensors with PyTorch-style
+//! parameter names (`model.safetensors`: GroupNorm `weight`/`bias`, linear weights `[out, in]`),
+//! plus `model.json` with everything needed to use them (classes, preprocessing, model config).
+//! All files are written atomically. Loading either weights file gives identical logits.
+
+use std::path::{Path, PathBuf};
+
+use burn::store::{BurnToPyTorchAdapter, ModuleSnapshot, PyTorchToBurnAdapter, SafetensorsStore};
+use burn::tensor::Device;
+use serde::{Deserialize, Serialize};
+
+use crate::checkpoint::{self, write_atomic};
+use crate::config::{Config, ModelConfig};
+use crate::error::{Error, Result};
+use crate::image_io::AlphaPolicy;
+use crate::model::Classifier;
+use crate::preprocess::PreprocessConfig;
+
+/// Version of the `model.json` layout.
+pub const METADATA_VERSION: u32 = 1;
+
+/// A short record of how the weights were trained.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct TrainingInfo {
+    /// Epochs completed.
+    pub epochs: usize,
+    /// Optimizer steps.
+    pub steps: usize,
+    /// Last validation top-1 accuracy, 0..1.
+    pub val_accuracy: Option<f32>,
+    /// Device trained on.
+    pub device: String,
+}
+
+/// Contents of `model.json`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ModelMetadata {
+    /// Layout version ([`METADATA_VERSION`]).
+    pub format_version: u32,
+    /// Class names, index = output logit (byte-exact as the dataset's folder names).
+    pub class_names: Vec<String>,
+    /// Input side in pixels (the crop size).
+    pub image_size: usize,
+    /// Normalization mean (RGB, after scaling to 0..1).
+    pub mean: [f32; 3],
+    /// Normalization std (RGB).
+    pub std: [f32; 3],
+    /// Geometry used for evaluation and prediction (center crops).
+    pub preprocess: PreprocessConfig,
+    /// Transparent-pixel rule.
+    pub alpha: AlphaPolicy,
+    /// Network shape.
+    pub model: ModelConfig,
+    /// Parameters.
+    pub param_count: usize,
+    /// How it was trained.
+    pub training: TrainingInfo,
+}
+
+impl ModelMetadata {
+    /// Metadata of weights trained with `config` on `classes`.
+    pub fn new(config: &Config, classes: &[String], param_count: usize, training: TrainingInfo) -> Self {
+        Self {
+            format_version: METADATA_VERSION,
+            class_names: classes.to_vec(),
+            image_size: config.image_size_px(),
+            mean: config.data.mean,
+            std: config.data.std,
+            preprocess: config.data.preprocess.clone(),
+            alpha: config.data.alpha,
+            model: config.model.clone(),
+            param_count,
+            training,
+        }
+    }
+
+    /// A config that reproduces this model's preprocessing for evaluation and prediction.
+    pub fn inference_config(&self) -> Config {
+        let mut c = Config::default();
+        c.model = self.model.clone();
+        c.data.preprocess = self.preprocess.clone();
+        c.data.mean = self.mean;
+        c.data.std = self.std;
+        c.data.alpha = self.alpha;
+        c
+    }
+}
+
+/// Writes `model.bpk`, `model.safetensors` and `model.json` into `dir`. Returns the paths.
+///
+/// # Errors
+/// [`Error::Io`] naming the file that could not be written.
+pub fn export(model: &Classifier, config: &Config, classes: &[String], training: &TrainingInfo, dir: &Path) -> Result<Vec<PathBuf>> {
+    std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
+    let meta = ModelMetadata::new(config, classes, model.num_params(), training.clone());
+    let bpk = dir.join("model.bpk");
+    write_atomic(&bpk, &checkpoint::model_bytes(model)?)?;
+    let st = dir.join("model.safetensors");
+    let mut store = SafetensorsStore::from_bytes(None)
+        .with_to_adapter(BurnToPyTorchAdapter)
+        .metadata("format", "pt")
+        .metadata("vramfit_classes", serde_json::to_string(classes).unwrap_or_default());
+    model.save_into(&mut store).map_err(|e| Error::io(&st, e))?;
+    write_atomic(&st, &store.get_bytes().map_err(|e| Error::io(&st, e))?)?;
+    let json = dir.join("model.json");
+    write_atomic(&json, &serde_json::to_vec_pretty(&meta).map_err(|e| Error::io(&json, e))?)?;
+    Ok(vec![bpk, st, json])
+}
+
+/// Weights and metadata loaded back.
+#[derive(Debug)]
+pub struct LoadedModel {
+    /// The network.
+    pub model: Classifier,
+    /// Its metadata.
+    pub metadata: ModelMetadata,
+    /// The weights file read.
+    pub weights_path: PathBuf,
+}
+
+/// Resolves a user-given model path: an export folder, a run folder (its `export/`), or a
+/// `.bpk` / `.safetensors` file. Returns `(weights file, metadata file)`.
+///
+/// # Errors
+/// [`Error::Io`] when no weights or no `model.json` can be found, naming what was looked for.
+pub fn resolve_paths(path: &Path) -> Result<(PathBuf, PathBuf)> {
+    let dir_weights = |d: &Path| {
+        let bpk = d.join("model.bpk");
+        bpk.is_file().then_some(bpk)
+    };
+    let weights = if path.is_dir() {
+        dir_weights(path)
+            .or_else(|| dir_weights(&path.join("export")))
+            .ok_or_else(|| Error::io(path, "no model.bpk here or in export/; pass a run folder, an export folder or a .bpk/.safetensors file"))?
+    } else if path.is_file() {
+        path.to_path_buf()
+    } else {
+        return Err(Error::io(path, "no such file or folder; pass the export folder of a run (runs/<name>/export)"));
+    };
+    let dir = weights.parent().unwrap_or(Path::new("."));
+    let stem_json = weights.with_extension("json");
+    let meta = if stem_json.is_file() { stem_json } else { dir.join("model.json") };
+    if !meta.is_file() {
+        return Err(Error::io(&meta, "metadata not found: model.json must sit beside the weights (it holds classes and preprocessing)"));
+    }
+    Ok((weights, meta))
+}
+
+/// Loads exported weights onto `device`.
+///
+/// # Errors
+/// [`Error::Io`] for missing files, bad metadata, or weights that do not fit the metadata's model.
+pub fn load(path: &Path, device: &Device) -> Result<LoadedModel> {
+    let (weights_path, meta_path) = resolve_paths(path)?;
+    let meta_bytes = std::fs::read(&meta_path).map_err(|e| Error::io(&meta_path, e))?;
+    let metadata: ModelMetadata = serde_json::from_slice(&meta_bytes).map_err(|e| Error::io(&meta_path, format!("invalid metadata: {e}")))?;
+    let mut model = Classifier::new(&metadata.model, metadata.class_names.len(), device);
+    let bytes = std::fs::read(&weights_path).map_err(|e| Error::io(&weights_path, e))?;
+    let is_safetensors = weights_path.extension().is_some_and(|e| e.eq_ignore_ascii_case("safetensors"));
+    if is_safetensors {
+        let mut store = SafetensorsStore::from_bytes(Some(bytes)).with_from_adapter(PyTorchToBurnAdapter);
+        let result = model.load_from(&mut store).map_err(|e| Error::io(&weights_path, format!("cannot load weights: {e}")))?;
+        checkpoint::check_applied(&result, &weights_path)?;
+    } else {
+        checkpoint::load_model_bytes(&mut model, bytes, &weights_path)?;
+    }
+    Ok(LoadedModel { model, metadata, weights_path })
+}

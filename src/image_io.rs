@@ -1,0 +1,193 @@
+//! The one image-loading path for training, evaluation and prediction.
+//!
+//! Rules, in order:
+//! 1. The format comes from the content, never from the extension.
+//! 2. The header's dimensions are checked against a pixel cap before anything is decoded, and
+//!    the `image` crate's allocation limits are set on the decoder itself (its `from_decoder`
+//!    path would otherwise skip them).
+//! 3. EXIF orientation is applied.
+//! 4. Every colour type becomes 8-bit RGB; transparent pixels are composited by [`AlphaPolicy`]
+//!    (default: over white). Animated files give their first frame.
+//! 5. A JPEG whose entropy-coded data ends early (which the decoder would fill with invented
+//!    rows) is an error; one missing only its end-of-image marker is accepted.
+
+use std::io::Cursor;
+use std::path::Path;
+
+use image::{DynamicImage, ImageDecoder, ImageFormat, ImageReader, Limits, RgbImage};
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+
+/// What transparent pixels become. The same rule is used for training and prediction.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AlphaPolicy {
+    /// Composite over white: `c * a + 255 * (1 - a)`.
+    #[default]
+    White,
+    /// Composite over black: `c * a`.
+    Black,
+    /// Ignore alpha and keep the stored colour.
+    Drop,
+}
+
+/// Decoding options.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct LoadOptions {
+    /// Largest width x height accepted, read from the header before decoding.
+    pub max_pixels: u64,
+    /// Transparent-pixel rule.
+    pub alpha: AlphaPolicy,
+}
+
+impl Default for LoadOptions {
+    fn default() -> Self {
+        Self { max_pixels: 64_000_000, alpha: AlphaPolicy::White }
+    }
+}
+
+/// Reads and decodes the image file at `path`.
+///
+/// # Errors
+/// [`Error::Image`] naming `path`: unreadable, empty, not an image, unsupported (HEIF),
+/// over the pixel cap, truncated or corrupt.
+pub fn load_image(path: &Path, opts: &LoadOptions) -> Result<RgbImage> {
+    let bytes = std::fs::read(path).map_err(|e| Error::Image { path: path.into(), message: format!("cannot read: {e}") })?;
+    decode_image(&bytes, opts).map_err(|message| Error::Image { path: path.into(), message })
+}
+
+/// Decodes encoded image bytes to RGB. See the module docs for the rules.
+///
+/// # Errors
+/// A one-line reason (the caller adds the file name).
+pub fn decode_image(bytes: &[u8], opts: &LoadOptions) -> std::result::Result<RgbImage, String> {
+    if bytes.is_empty() {
+        return Err("empty file (0 bytes)".into());
+    }
+    let format = image::guess_format(bytes).map_err(|_| describe_unknown(bytes))?;
+    let (w, h) = header_dimensions(bytes, format)?;
+    let pixels = w as u64 * h as u64;
+    if pixels > opts.max_pixels {
+        return Err(format!(
+            "{w}x{h} is {:.1} megapixels, over the cap of {:.1} (data.max_image_pixels); \
+             downscale the file or raise the cap",
+            pixels as f64 / 1e6,
+            opts.max_pixels as f64 / 1e6
+        ));
+    }
+    if format == ImageFormat::Jpeg {
+        check_jpeg_complete(bytes)?;
+    }
+    let mut reader = ImageReader::with_format(Cursor::new(bytes), format);
+    reader.limits(limits_for(opts));
+    let mut decoder = reader.into_decoder().map_err(|e| format!("cannot decode {format:?}: {e}"))?;
+    let orientation = decoder.orientation().unwrap_or(image::metadata::Orientation::NoTransforms);
+    let mut img = DynamicImage::from_decoder(decoder).map_err(|e| format!("cannot decode {format:?}: {e}"))?;
+    img.apply_orientation(orientation);
+    Ok(to_rgb(img, opts.alpha))
+}
+
+/// Width and height in pixels from the header alone (nothing is decoded).
+///
+/// # Errors
+/// A reason when the header is unreadable.
+pub fn header_dimensions(bytes: &[u8], format: ImageFormat) -> std::result::Result<(u32, u32), String> {
+    let mut reader = ImageReader::with_format(Cursor::new(bytes), format);
+    // No allocation limit here: only the header is parsed, and the cap is checked by the caller.
+    reader.no_limits();
+    reader.into_dimensions().map_err(|e| format!("unreadable {format:?} header: {e}"))
+}
+
+fn limits_for(opts: &LoadOptions) -> Limits {
+    let mut limits = Limits::default();
+    // 4 bytes a pixel (RGBA8) plus headroom for 16-bit and the conversion copy.
+    limits.max_alloc = Some(opts.max_pixels.saturating_mul(16).max(1 << 20));
+    limits
+}
+
+/// Why bytes that no decoder recognises were rejected.
+fn describe_unknown(bytes: &[u8]) -> String {
+    if bytes.len() >= 12 && &bytes[4..8] == b"ftyp" {
+        let brand = String::from_utf8_lossy(&bytes[8..12]).to_string();
+        if ["heic", "heix", "hevc", "heim", "heis", "mif1", "msf1", "avif"].contains(&brand.as_str()) {
+            return format!("HEIF/HEIC image (brand `{brand}`) is not supported; convert it to JPEG or PNG");
+        }
+    }
+    let head = &bytes[..bytes.len().min(64)];
+    if head.iter().all(|b| b.is_ascii_graphic() || b.is_ascii_whitespace()) {
+        return "not an image: the file is text".into();
+    }
+    "not an image: content matches no supported format (jpeg, png, bmp, webp, gif, tiff)".into()
+}
+
+/// Rejects JPEGs whose scan data is cut short. A file missing only the final EOI marker is
+/// accepted: strict decoding of it plus `FF D9` succeeds.
+fn check_jpeg_complete(bytes: &[u8]) -> std::result::Result<(), String> {
+    let strict = |data: &[u8]| {
+        let options = zune_core::options::DecoderOptions::default().set_strict_mode(true);
+        let mut d = zune_jpeg::JpegDecoder::new_with_options(zune_core::bytestream::ZCursor::new(data), options);
+        d.decode().map(|_| ())
+    };
+    match strict(bytes) {
+        Ok(()) => Ok(()),
+        Err(first) => {
+            let mut with_eoi = bytes.to_vec();
+            with_eoi.extend_from_slice(&[0xFF, 0xD9]);
+            if !bytes.ends_with(&[0xFF, 0xD9]) && strict(&with_eoi).is_ok() {
+                Ok(())
+            } else {
+                Err(format!("truncated or corrupt JPEG ({first}); the decoder would invent the missing rows"))
+            }
+        }
+    }
+}
+
+/// Converts any colour type to 8-bit RGB under `alpha`.
+pub fn to_rgb(img: DynamicImage, alpha: AlphaPolicy) -> RgbImage {
+    if !img.color().has_alpha() || alpha == AlphaPolicy::Drop {
+        return img.to_rgb8();
+    }
+    let rgba = img.to_rgba8();
+    let bg: u32 = if alpha == AlphaPolicy::White { 255 } else { 0 };
+    let (w, h) = rgba.dimensions();
+    let mut out = RgbImage::new(w, h);
+    for (o, p) in out.pixels_mut().zip(rgba.pixels()) {
+        let a = p.0[3] as u32;
+        for c in 0..3 {
+            o.0[c] = ((p.0[c] as u32 * a + bg * (255 - a) + 127) / 255) as u8;
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn png_bytes(img: DynamicImage) -> Vec<u8> {
+        let mut buf = Vec::new();
+        img.write_to(&mut Cursor::new(&mut buf), ImageFormat::Png).unwrap();
+        buf
+    }
+
+    #[test]
+    fn rgba_composites_over_white_by_default() {
+        let mut img = image::RgbaImage::new(2, 1);
+        img.put_pixel(0, 0, image::Rgba([255, 0, 0, 255]));
+        img.put_pixel(1, 0, image::Rgba([0, 0, 255, 0]));
+        let out = decode_image(&png_bytes(DynamicImage::ImageRgba8(img.clone())), &LoadOptions::default()).unwrap();
+        assert_eq!(out.get_pixel(0, 0).0, [255, 0, 0]);
+        assert_eq!(out.get_pixel(1, 0).0, [255, 255, 255]);
+        let black = LoadOptions { alpha: AlphaPolicy::Black, ..Default::default() };
+        assert_eq!(decode_image(&png_bytes(DynamicImage::ImageRgba8(img)), &black).unwrap().get_pixel(1, 0).0, [0, 0, 0]);
+    }
+
+    #[test]
+    fn pixel_cap_is_checked_before_decoding() {
+        let bytes = png_bytes(DynamicImage::ImageLuma8(image::GrayImage::new(100, 100)));
+        let opts = LoadOptions { max_pixels: 9_999, ..Default::default() };
+        let err = decode_image(&bytes, &opts).unwrap_err();
+        assert!(err.contains("100x100"), "{err}");
+    }
+}

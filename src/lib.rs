@@ -1,0 +1,32 @@
+//! vramfit: train small image classifiers on any wgpu GPU with memory you can predict before
+//! you press Train.
+//!
+//! The engine (everything here but [`cli`]) knows nothing of terminals or windows: it takes a
+//! [`config::Config`], a [`dataset::Splits`] and a [`device::SelectedDevice`], reports
+//! [`events::Event`]s to a callback and obeys an [`events::StopSignal`]. File access and threads
+//! live at the edges ([`image_io::load_image`], [`loader`], [`checkpoint`], [`export`]).
+#![warn(missing_docs)]
+
+pub mod augment;
+pub mod bench;
+pub mod checkpoint;
+pub mod cli;
+pub mod config;
+pub mod dataset;
+pub mod device;
+pub mod error;
+pub mod eval;
+pub mod events;
+pub mod export;
+pub mod idx;
+pub mod image_io;
+pub mod infer;
+pub mod loader;
+pub mod memory;
+pub mod model;
+pub mod precision;
+pub mod preprocess;
+pub mod schedule;
+pub mod train;
+
+pub use error::{Error, Result};

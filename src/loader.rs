@@ -1,0 +1,229 @@
+//! Turning samples into batches: decode, preprocess, augment and normalize on worker threads,
+//! with a bounded prefetch queue so host memory stays bounded for any dataset size.
+//!
+//! This file and `image_io::load_image` are where the engine touches threads and files; the
+//! training loop only sees an iterator of [`Batch`]es.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::mpsc::{Receiver, sync_channel};
+
+use image::RgbImage;
+use rand::SeedableRng;
+use rand::rngs::SmallRng;
+
+use crate::augment;
+use crate::config::{AugmentConfig, Config};
+use crate::dataset::{Dataset, SampleSource};
+use crate::image_io::{self, LoadOptions};
+use crate::preprocess::PreprocessConfig;
+
+/// One batch on the host.
+#[derive(Clone, Debug, Default)]
+pub struct Batch {
+    /// `[batch, 3, height, width]` normalized pixels, row-major.
+    pub images: Vec<f32>,
+    /// `[batch]` class indices.
+    pub labels: Vec<i64>,
+    /// Height in pixels.
+    pub height: usize,
+    /// Width in pixels.
+    pub width: usize,
+    /// Samples skipped while building this batch: (source, reason).
+    pub skipped: Vec<(String, String)>,
+}
+
+impl Batch {
+    /// Number of images.
+    pub fn len(&self) -> usize {
+        self.labels.len()
+    }
+
+    /// True when every sample was skipped.
+    pub fn is_empty(&self) -> bool {
+        self.labels.is_empty()
+    }
+}
+
+/// How one sample becomes a normalized `[3, H, W]` tensor.
+#[derive(Clone, Debug)]
+pub struct SamplePipeline {
+    /// Geometry.
+    pub preprocess: PreprocessConfig,
+    /// Augmentation, `None` for evaluation and prediction.
+    pub augment: Option<AugmentConfig>,
+    /// Per-channel mean (after scaling to 0..1).
+    pub mean: [f32; 3],
+    /// Per-channel std.
+    pub std: [f32; 3],
+    /// Decoding options.
+    pub load: LoadOptions,
+}
+
+impl SamplePipeline {
+    /// The pipeline of `config`, augmenting when `train` is true.
+    pub fn from_config(config: &Config, train: bool) -> Self {
+        Self {
+            preprocess: config.data.preprocess.clone(),
+            augment: train.then(|| config.augment.clone()),
+            mean: config.data.mean,
+            std: config.data.std,
+            load: LoadOptions { max_pixels: config.data.max_image_pixels, alpha: config.data.alpha },
+        }
+    }
+
+    /// Decodes `source` to RGB.
+    ///
+    /// # Errors
+    /// A one-line reason (file name included).
+    pub fn decode(&self, source: &SampleSource) -> Result<RgbImage, String> {
+        match source {
+            SampleSource::File(path) => image_io::load_image(path, &self.load).map_err(|e| e.to_string()),
+            SampleSource::Idx { images, index } => {
+                let gray = images.image(*index);
+                Ok(RgbImage::from_fn(images.cols as u32, images.rows as u32, |x, y| {
+                    let v = gray[y as usize * images.cols + x as usize];
+                    image::Rgb([v, v, v])
+                }))
+            }
+        }
+    }
+
+    /// Preprocesses, augments and normalizes a decoded image.
+    /// Returns `([3, H, W] values, height, width)`.
+    ///
+    /// # Errors
+    /// The preprocess geometry's reason (no file name).
+    pub fn tensor_from_image(&self, img: &RgbImage, rng: &mut SmallRng) -> Result<(Vec<f32>, usize, usize), String> {
+        let random_crop = self.augment.as_ref().is_some_and(|a| a.random_crop);
+        let img = self.preprocess.apply(img, random_crop, rng)?;
+        let (w, h) = (img.width() as usize, img.height() as usize);
+        let n = w * h;
+        let mut chw = vec![0f32; 3 * n];
+        for (i, p) in img.pixels().enumerate() {
+            for c in 0..3 {
+                chw[c * n + i] = p.0[c] as f32 / 255.0;
+            }
+        }
+        if let Some(aug) = &self.augment {
+            augment::before_normalize(&mut chw, h, w, aug, rng);
+        }
+        for c in 0..3 {
+            for v in &mut chw[c * n..(c + 1) * n] {
+                *v = (*v - self.mean[c]) / self.std[c];
+            }
+        }
+        if let Some(aug) = &self.augment {
+            augment::random_erasing(&mut chw, h, w, aug.random_erasing, rng);
+        }
+        Ok((chw, h, w))
+    }
+
+    /// Decodes and transforms one sample.
+    ///
+    /// # Errors
+    /// A one-line reason naming the source.
+    pub fn load(&self, source: &SampleSource, rng: &mut SmallRng) -> Result<(Vec<f32>, usize, usize), String> {
+        let img = self.decode(source)?;
+        self.tensor_from_image(&img, rng).map_err(|e| format!("{}: {e} (data.preprocess)", source.describe()))
+    }
+}
+
+/// Builds batch `b` of `order` (indices into `dataset`).
+fn build_batch(dataset: &Dataset, pipeline: &SamplePipeline, order: &[usize], batch_size: usize, b: usize, seed: u64) -> Batch {
+    let mut batch = Batch::default();
+    let start = b * batch_size;
+    for &i in &order[start..(start + batch_size).min(order.len())] {
+        let sample = &dataset.samples[i];
+        let mut rng = SmallRng::seed_from_u64(seed ^ (i as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15));
+        match pipeline.load(&sample.source, &mut rng) {
+            Ok((chw, h, w)) => {
+                if batch.labels.is_empty() {
+                    (batch.height, batch.width) = (h, w);
+                } else if (h, w) != (batch.height, batch.width) {
+                    batch.skipped.push((
+                        sample.source.describe(),
+                        format!("is {w}x{h} after preprocess but the batch is {}x{}; mode `none` needs equal sizes, use resize_and_crop", batch.width, batch.height),
+                    ));
+                    continue;
+                }
+                batch.images.extend_from_slice(&chw);
+                batch.labels.push(sample.label as i64);
+            }
+            Err(reason) => batch.skipped.push((sample.source.describe(), reason)),
+        }
+    }
+    batch
+}
+
+/// Iterator over the batches of one pass, in order, built by worker threads.
+pub struct BatchIter {
+    rx: Receiver<(usize, Batch)>,
+    pending: BTreeMap<usize, Batch>,
+    next: usize,
+    end: usize,
+}
+
+impl Iterator for BatchIter {
+    type Item = Batch;
+    fn next(&mut self) -> Option<Batch> {
+        if self.next >= self.end {
+            return None;
+        }
+        loop {
+            if let Some(b) = self.pending.remove(&self.next) {
+                self.next += 1;
+                return Some(b);
+            }
+            let (i, b) = self.rx.recv().ok()?;
+            self.pending.insert(i, b);
+        }
+    }
+}
+
+/// Number of worker threads for `requested` (0 = automatic).
+pub fn worker_count(requested: usize) -> usize {
+    if requested > 0 {
+        return requested;
+    }
+    std::thread::available_parallelism().map_or(2, |n| n.get()).clamp(1, 4)
+}
+
+/// Starts a pass over `order` in batches of `batch_size`, skipping the first `skip_batches`.
+///
+/// `seed` fixes every random choice of the pass (crop, flip, jitter, erasing) independently of
+/// thread timing. Dropping the iterator stops the workers after their current batch.
+pub fn batches(
+    dataset: Arc<Dataset>,
+    pipeline: Arc<SamplePipeline>,
+    order: Arc<Vec<usize>>,
+    batch_size: usize,
+    skip_batches: usize,
+    seed: u64,
+    workers: usize,
+    prefetch: usize,
+) -> BatchIter {
+    let n_batches = order.len().div_ceil(batch_size.max(1));
+    let (tx, rx) = sync_channel(prefetch.max(1));
+    let counter = Arc::new(AtomicUsize::new(skip_batches));
+    for w in 0..worker_count(workers).min(n_batches.saturating_sub(skip_batches)).max(1) {
+        let (tx, counter, dataset, pipeline, order) = (tx.clone(), counter.clone(), dataset.clone(), pipeline.clone(), order.clone());
+        let spawned = std::thread::Builder::new().name(format!("vramfit-loader-{w}")).spawn(move || {
+            loop {
+                let b = counter.fetch_add(1, Ordering::Relaxed);
+                if b >= n_batches {
+                    break;
+                }
+                let batch = build_batch(&dataset, &pipeline, &order, batch_size, b, seed);
+                if tx.send((b, batch)).is_err() {
+                    break;
+                }
+            }
+        });
+        if spawned.is_err() {
+            break;
+        }
+    }
+    BatchIter { rx, pending: BTreeMap::new(), next: skip_batches, end: n_batches }
+}

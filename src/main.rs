@@ -1,0 +1,4 @@
+//! The `vramfit` command line: `vramfit --help`.
+fn main() -> std::process::ExitCode {
+    vramfit::cli::main()
+}

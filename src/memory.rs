@@ -1,0 +1,268 @@
+//! Device memory: predict a run's peak before it starts, and measure it while it runs.
+//!
+//! # The estimate
+//! With `P` parameters, micro-batch `B`, and the layer shapes of [`crate::model::layer_plan`]:
+//!
+//! | term | bytes | why |
+//! |---|---|---|
+//! | parameters | `4 P` | f32 master weights |
+//! | gradients | `4 P` (`8 P` with accumulation) | one f32 gradient per parameter, plus the running sum when `grad_accum_steps > 1` |
+//! | optimizer state | `8 P` | AdamW's two f32 moments |
+//! | f16 weight copies | `2 P` in f16 | the casts the forward pass computes with |
+//! | input batch | `4 B 3 H W` | f32 normalized images on the device |
+//! | activations | `B x sum(out_elems x saved_bytes_per_elem)` per layer | what autodiff keeps for backward (below) |
+//! | workspace | `2 x 4 B x largest layer output` | the largest op's output gradient plus one temporary |
+//! | allocator | `(sum) x ALLOCATOR_OVERHEAD` | page rounding and free space inside pool pages |
+//!
+//! Saved bytes per output element of a conv -> GroupNorm -> activation layer, counted from the
+//! tensors burn's autodiff keeps: the convolution keeps its input (the previous layer's output),
+//! GroupNorm keeps its input and its normalized values, the activation keeps its input. In f32
+//! that is 3 tensors of 4 bytes (`12`); in f16 the convolution output and the activation tensors are
+//! 2 bytes while GroupNorm's are 4 (`2 + 4 + 4 + 2 - 4`, the f32 cast replacing one tensor: `8`).
+//! Checkpointing recomputes the memory-bound ops (GroupNorm, activation) in backward, keeping only
+//! the convolution inputs: `4` (f32) or `2` (f16). The constants are checked against measured
+//! peaks by `vramfit bench memory` (README table).
+
+use serde::Serialize;
+
+use crate::config::{Config, Precision};
+use crate::model::{LayerKind, layer_plan, param_count};
+
+/// Multiplier for the allocator's page rounding and free space (bytes_reserved / bytes_in_use
+/// at the peak, as measured on lavapipe and discrete GPUs with burn's sliced pools).
+pub const ALLOCATOR_OVERHEAD: f64 = 0.15;
+
+/// The predicted peak, term by term (bytes).
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct MemoryEstimate {
+    /// f32 parameters.
+    pub parameters: u64,
+    /// Gradients (and the accumulation buffer).
+    pub gradients: u64,
+    /// AdamW moments.
+    pub optimizer_state: u64,
+    /// f16 copies of the weights (0 in f32).
+    pub weight_casts: u64,
+    /// The input batch.
+    pub input_batch: u64,
+    /// Activations kept for backward, per stage (index 0 = stem; the head is last).
+    pub activations_per_stage: Vec<u64>,
+    /// Largest op's temporaries.
+    pub workspace: u64,
+    /// Allocator overhead.
+    pub allocator_overhead: u64,
+    /// Sum of all terms: the predicted peak of bytes reserved on the device.
+    pub total: u64,
+    /// Bytes of the largest single tensor (checked against the adapter's buffer limit).
+    pub largest_tensor: u64,
+}
+
+impl MemoryEstimate {
+    /// Sum of the activation terms.
+    pub fn activations(&self) -> u64 {
+        self.activations_per_stage.iter().sum()
+    }
+}
+
+/// Bytes autodiff keeps per output element of one conv-norm-act layer (see module docs).
+pub fn saved_bytes_per_elem(precision: Precision, checkpointing: bool) -> u64 {
+    match (precision, checkpointing) {
+        (Precision::F32, false) => 12,
+        (Precision::F16, false) => 8,
+        (Precision::F32, true) => 4,
+        (Precision::F16, true) => 2,
+    }
+}
+
+/// Predicts the peak device memory of a training step of `config` with micro-batch
+/// `batch_size` and `num_classes` classes. See the module docs for the formula.
+pub fn estimate(config: &Config, batch_size: usize, num_classes: usize) -> MemoryEstimate {
+    let px = config.image_size_px();
+    let plan = layer_plan(&config.model, num_classes, (px, px));
+    let p = param_count(&plan) as u64;
+    let b = batch_size as u64;
+    let precision = config.train.precision;
+    let per_elem = saved_bytes_per_elem(precision, config.train.checkpointing);
+    let stages = config.model.stages.len() + 2;
+    let mut activations_per_stage = vec![0u64; stages];
+    let mut largest_out = 0u64;
+    for layer in &plan {
+        let elems = layer.out_elems() as u64;
+        largest_out = largest_out.max(elems);
+        let bytes = match layer.kind {
+            LayerKind::Head => b * (layer.in_channels as u64 + 3 * layer.out_channels as u64) * 4,
+            _ => {
+                let residual = if layer.residual { elems * 4 } else { 0 };
+                b * (elems * per_elem + residual)
+            }
+        };
+        activations_per_stage[layer.stage] += bytes;
+    }
+    let input_batch = b * 3 * (px * px) as u64 * 4;
+    let parameters = 4 * p;
+    let gradients = if config.train.grad_accum_steps > 1 { 8 * p } else { 4 * p };
+    let optimizer_state = 8 * p;
+    let weight_casts = if precision == Precision::F16 { 2 * p } else { 0 };
+    let largest_tensor = (4 * b * largest_out).max(input_batch);
+    let workspace = 2 * 4 * b * largest_out;
+    let activations: u64 = activations_per_stage.iter().sum();
+    let sum = parameters + gradients + optimizer_state + weight_casts + input_batch + activations + workspace;
+    let allocator_overhead = (sum as f64 * ALLOCATOR_OVERHEAD) as u64;
+    MemoryEstimate {
+        parameters,
+        gradients,
+        optimizer_state,
+        weight_casts,
+        input_batch,
+        activations_per_stage,
+        workspace,
+        allocator_overhead,
+        total: sum + allocator_overhead,
+        largest_tensor,
+    }
+}
+
+/// Verdict of an estimate against a budget.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Plan {
+    /// The estimate at the configured batch size.
+    pub estimate: MemoryEstimate,
+    /// The budget in bytes.
+    pub budget_bytes: u64,
+    /// Whether the estimate fits.
+    pub fits: bool,
+    /// Largest micro-batch that fits (0 if not even 1 does).
+    pub max_batch_size: usize,
+    /// Accumulation steps that keep the configured effective batch at `max_batch_size`.
+    pub grad_accum_for_max: usize,
+}
+
+/// Estimates `config` and finds the largest micro-batch within its budget.
+pub fn plan(config: &Config, num_classes: usize) -> Plan {
+    let budget = config.memory.memory_budget_bytes;
+    let estimate = estimate(config, config.train.batch_size, num_classes);
+    let fits_at = |b: usize| estimate_total(config, b, num_classes) <= budget;
+    let max_batch_size = if !fits_at(1) {
+        0
+    } else {
+        // The estimate grows monotonically with the batch: binary search.
+        let (mut lo, mut hi) = (1usize, 1usize);
+        while hi < 65536 && fits_at(hi * 2) {
+            hi *= 2;
+        }
+        lo = lo.max(hi);
+        let mut high = (hi * 2).min(65536);
+        while lo + 1 < high {
+            let mid = (lo + high) / 2;
+            if fits_at(mid) { lo = mid } else { high = mid }
+        }
+        lo
+    };
+    let effective = config.train.batch_size * config.train.grad_accum_steps;
+    let grad_accum_for_max = if max_batch_size == 0 { 0 } else { effective.div_ceil(max_batch_size.min(effective)) };
+    Plan { fits: estimate.total <= budget, estimate, budget_bytes: budget, max_batch_size, grad_accum_for_max }
+}
+
+fn estimate_total(config: &Config, batch_size: usize, num_classes: usize) -> u64 {
+    estimate(config, batch_size, num_classes).total
+}
+
+/// `1.2 GiB`, `310 MiB`, `512 B`.
+pub fn human_bytes(bytes: u64) -> String {
+    const UNITS: [&str; 4] = ["KiB", "MiB", "GiB", "TiB"];
+    if bytes < 1024 {
+        return format!("{bytes} B");
+    }
+    let mut v = bytes as f64;
+    let mut unit = "B";
+    for u in UNITS {
+        if v < 1024.0 {
+            break;
+        }
+        v /= 1024.0;
+        unit = u;
+    }
+    if v >= 100.0 { format!("{v:.0} {unit}") } else { format!("{v:.1} {unit}") }
+}
+
+impl Plan {
+    /// "fits, 1.2 GiB spare" / "does not fit by 310 MiB".
+    pub fn verdict(&self) -> String {
+        if self.fits {
+            format!("fits, {} spare", human_bytes(self.budget_bytes - self.estimate.total))
+        } else {
+            format!("does not fit by {}", human_bytes(self.estimate.total - self.budget_bytes))
+        }
+    }
+}
+
+/// Running record of measured device memory.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
+pub struct MemoryTracker {
+    /// Largest `bytes_in_use` sampled (taken after the forward pass, where the peak sits).
+    pub peak_bytes_in_use: u64,
+    /// Largest `bytes_reserved` sampled.
+    pub peak_bytes_reserved: u64,
+    /// Pools' reserved high-water mark: sum of `page_size x pages_peak` (an upper bound).
+    pub pools_high_water: u64,
+}
+
+/// One reading of a device's memory, `None` on backends without pools (CPU).
+pub fn sample(device: &burn::tensor::Device) -> Option<(u64, u64)> {
+    device.memory_pool_usage().map(|u| (u.bytes_in_use, u.bytes_reserved))
+}
+
+impl MemoryTracker {
+    /// Samples `device`, updates the peaks, and returns `(bytes_in_use, bytes_reserved)`.
+    /// This synchronizes the device: call it every few steps, not every step.
+    pub fn sample(&mut self, device: &burn::tensor::Device) -> Option<(u64, u64)> {
+        let (in_use, reserved) = sample(device)?;
+        self.peak_bytes_in_use = self.peak_bytes_in_use.max(in_use);
+        self.peak_bytes_reserved = self.peak_bytes_reserved.max(reserved);
+        if let Some(pools) = device.memory_pool_report() {
+            let hw: u64 = pools.iter().map(|p| p.page_size * p.pages_peak).sum();
+            self.pools_high_water = self.pools_high_water.max(hw);
+        }
+        Some((in_use, reserved))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn estimate_grows_with_batch_and_shrinks_with_savings() {
+        let c = Config::default();
+        let a = estimate(&c, 8, 10).total;
+        let b = estimate(&c, 16, 10).total;
+        assert!(b > a);
+        let mut f16 = c.clone();
+        f16.train.precision = Precision::F16;
+        let e32 = estimate(&c, 16, 10);
+        let e16 = estimate(&f16, 16, 10);
+        assert!(e16.activations() as f64 <= 0.75 * e32.activations() as f64);
+        let mut ck = c.clone();
+        ck.train.checkpointing = true;
+        assert!(estimate(&ck, 16, 10).activations() < e32.activations() / 2);
+    }
+
+    #[test]
+    fn plan_finds_the_largest_fitting_batch() {
+        let mut c = Config::default();
+        c.memory.memory_budget_bytes = estimate(&c, 37, 10).total;
+        c.train.batch_size = 64;
+        let p = plan(&c, 10);
+        assert!(!p.fits);
+        assert_eq!(p.max_batch_size, 37);
+        assert_eq!(p.grad_accum_for_max, 2);
+        assert!(p.verdict().starts_with("does not fit by"));
+    }
+
+    #[test]
+    fn human_units() {
+        assert_eq!(human_bytes(512), "512 B");
+        assert_eq!(human_bytes(310 << 20), "310 MiB");
+        assert_eq!(human_bytes(1288490188), "1.2 GiB");
+    }
+}

@@ -1,0 +1,334 @@
+//! The classifier: a GroupNorm + depthwise-separable convolutional network.
+//!
+//! ```text
+//! input [B, 3, H, W]
+//!   stem: conv 3x3 stride 2 -> GroupNorm -> act            [B, C0, H/2, W/2]
+//!   stage i, block j: depthwise 3x3 (stride s on j = 0) -> GN -> act
+//!                     pointwise 1x1 -> GN -> act (+ input when shapes match)
+//!   global average pool                                     [B, C_last]
+//!   linear head (normal init, std head_init_std)            [B, classes]
+//! ```
+//! Early downsampling (the stride-2 stem, then strided stages) keeps the high-resolution stages
+//! narrow; channel counts are `stage.channels x width`, rounded to a multiple of `norm_groups`.
+//! In f16 the convolutions and the head run in f16 on f16 casts of the f32 weights (master
+//! weights); GroupNorm statistics and the logits are f32.
+
+use burn::module::Module;
+use burn::nn::conv::{Conv2d, Conv2dConfig};
+use burn::nn::{GroupNorm, GroupNormConfig, Initializer, Linear, LinearConfig, PaddingConfig2d};
+use burn::tensor::ops::ConvOptions;
+use burn::tensor::{Device, FloatDType, Tensor};
+
+use crate::config::{Activation, ModelConfig, Precision};
+
+/// Kind of a layer in [`layer_plan`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LayerKind {
+    /// Dense 3x3 convolution (the stem).
+    Stem,
+    /// Depthwise 3x3 convolution (groups = channels).
+    Depthwise,
+    /// Pointwise 1x1 convolution.
+    Pointwise,
+    /// Global average pool + linear head.
+    Head,
+}
+
+/// Shape facts of one layer, used by the network builder, `vramfit info` and the memory estimator.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LayerShape {
+    /// Parameter path prefix, e.g. `blocks.3.pw`.
+    pub name: String,
+    /// Which kind.
+    pub kind: LayerKind,
+    /// Stage index (0 = stem, 1.. = stages, stages + 1 = head).
+    pub stage: usize,
+    /// Input channels.
+    pub in_channels: usize,
+    /// Output channels (classes for the head).
+    pub out_channels: usize,
+    /// Stride.
+    pub stride: usize,
+    /// Input height and width in pixels.
+    pub in_hw: (usize, usize),
+    /// Output height and width in pixels (1x1 for the head).
+    pub out_hw: (usize, usize),
+    /// GroupNorm groups after the convolution (0 for the head).
+    pub norm_groups: usize,
+    /// Whether the block output adds its input (pointwise layers of shape-keeping blocks).
+    pub residual: bool,
+}
+
+impl LayerShape {
+    /// Parameters of the layer including its GroupNorm (gamma, beta).
+    pub fn params(&self) -> usize {
+        match self.kind {
+            LayerKind::Stem => self.in_channels * self.out_channels * 9 + 2 * self.out_channels,
+            LayerKind::Depthwise => self.out_channels * 9 + 2 * self.out_channels,
+            LayerKind::Pointwise => self.in_channels * self.out_channels + 2 * self.out_channels,
+            LayerKind::Head => self.in_channels * self.out_channels + self.out_channels,
+        }
+    }
+
+    /// Multiply-accumulates of the forward pass for one image.
+    pub fn macs(&self) -> u64 {
+        let (oh, ow) = self.out_hw;
+        let spatial = (oh * ow) as u64;
+        match self.kind {
+            LayerKind::Stem => spatial * (self.out_channels * self.in_channels * 9) as u64,
+            LayerKind::Depthwise => spatial * (self.out_channels * 9) as u64,
+            LayerKind::Pointwise => spatial * (self.out_channels * self.in_channels) as u64,
+            LayerKind::Head => (self.in_channels * self.out_channels) as u64,
+        }
+    }
+
+    /// Elements of the layer's output for one image.
+    pub fn out_elems(&self) -> usize {
+        self.out_channels * self.out_hw.0 * self.out_hw.1
+    }
+}
+
+/// Output size of a 3x3 convolution with padding 1: `ceil(size / stride)`.
+pub fn conv3x3_out(size: usize, stride: usize) -> usize {
+    (size + 2 - 3) / stride + 1
+}
+
+/// Channels at `width`, rounded to a multiple of `groups` (at least `groups`).
+pub fn scaled_channels(channels: usize, width: f64, groups: usize) -> usize {
+    let c = (channels as f64 * width).round() as usize;
+    (c.div_ceil(groups) * groups).max(groups)
+}
+
+fn gn_groups(channels: usize, wanted: usize) -> usize {
+    let mut g = wanted.min(channels).max(1);
+    while channels % g != 0 {
+        g -= 1;
+    }
+    g
+}
+
+/// Every layer of the network for `num_classes` classes and `image_hw` input pixels.
+pub fn layer_plan(cfg: &ModelConfig, num_classes: usize, image_hw: (usize, usize)) -> Vec<LayerShape> {
+    let g = cfg.norm_groups;
+    let mut layers = Vec::new();
+    let stem_c = scaled_channels(cfg.stem_channels, cfg.width, g);
+    let mut hw = (conv3x3_out(image_hw.0, 2), conv3x3_out(image_hw.1, 2));
+    layers.push(LayerShape {
+        name: "stem".into(),
+        kind: LayerKind::Stem,
+        stage: 0,
+        in_channels: 3,
+        out_channels: stem_c,
+        stride: 2,
+        in_hw: image_hw,
+        out_hw: hw,
+        norm_groups: gn_groups(stem_c, g),
+        residual: false,
+    });
+    let mut c = stem_c;
+    let mut block = 0;
+    for (s, stage) in cfg.stages.iter().enumerate() {
+        let out_c = scaled_channels(stage.channels, cfg.width, g);
+        for j in 0..stage.blocks {
+            let stride = if j == 0 { stage.stride } else { 1 };
+            let out_hw = (conv3x3_out(hw.0, stride), conv3x3_out(hw.1, stride));
+            layers.push(LayerShape {
+                name: format!("blocks.{block}.dw"),
+                kind: LayerKind::Depthwise,
+                stage: s + 1,
+                in_channels: c,
+                out_channels: c,
+                stride,
+                in_hw: hw,
+                out_hw,
+                norm_groups: gn_groups(c, g),
+                residual: false,
+            });
+            layers.push(LayerShape {
+                name: format!("blocks.{block}.pw"),
+                kind: LayerKind::Pointwise,
+                stage: s + 1,
+                in_channels: c,
+                out_channels: out_c,
+                stride: 1,
+                in_hw: out_hw,
+                out_hw,
+                norm_groups: gn_groups(out_c, g),
+                residual: stride == 1 && c == out_c,
+            });
+            hw = out_hw;
+            c = out_c;
+            block += 1;
+        }
+    }
+    layers.push(LayerShape {
+        name: "head".into(),
+        kind: LayerKind::Head,
+        stage: cfg.stages.len() + 1,
+        in_channels: c,
+        out_channels: num_classes,
+        stride: 1,
+        in_hw: hw,
+        out_hw: (1, 1),
+        norm_groups: 0,
+        residual: false,
+    });
+    layers
+}
+
+/// Convolution -> GroupNorm -> activation.
+#[derive(Module, Debug)]
+pub struct ConvNormAct {
+    /// The convolution, no bias (the norm's beta is the bias).
+    pub conv: Conv2d,
+    /// GroupNorm over the output channels.
+    pub norm: GroupNorm,
+    #[module(skip)]
+    activation: Activation,
+}
+
+impl ConvNormAct {
+    fn new(layer: &LayerShape, activation: Activation, device: &Device) -> Self {
+        let (kernel, groups, padding) = match layer.kind {
+            LayerKind::Pointwise => (1, 1, 0),
+            LayerKind::Depthwise => (3, layer.in_channels, 1),
+            _ => (3, 1, 1),
+        };
+        let conv = Conv2dConfig::new([layer.in_channels, layer.out_channels], [kernel, kernel])
+            .with_stride([layer.stride, layer.stride])
+            .with_groups(groups)
+            .with_padding(PaddingConfig2d::Explicit(padding, padding, padding, padding))
+            .with_bias(false)
+            .init(device);
+        let norm = GroupNormConfig::new(layer.norm_groups, layer.out_channels).init(device);
+        Self { conv, norm, activation }
+    }
+
+    /// # Shapes
+    /// `[B, C_in, H, W]` -> `[B, C_out, H / stride, W / stride]`, in `dtype`.
+    fn forward(&self, x: Tensor<4>, precision: Precision) -> Tensor<4> {
+        let c = &self.conv;
+        let p = match c.padding {
+            PaddingConfig2d::Explicit(p, ..) => p,
+            _ => 0,
+        };
+        let options = ConvOptions::new(c.stride, [p, p], c.dilation, c.groups);
+        let x = match precision {
+            Precision::F32 => {
+                let y = burn::tensor::module::conv2d(x, c.weight.val(), None, options);
+                self.norm.forward(y)
+            }
+            Precision::F16 => {
+                let y = burn::tensor::module::conv2d(x, c.weight.val().cast(FloatDType::F16), None, options);
+                // Statistics in f32; the normalized output goes back to f16 for the next conv.
+                self.norm.forward(y.cast(FloatDType::F32)).cast(FloatDType::F16)
+            }
+        };
+        match self.activation {
+            Activation::Gelu => burn::tensor::activation::gelu(x),
+            Activation::Relu => burn::tensor::activation::relu(x),
+        }
+    }
+}
+
+/// Depthwise 3x3 + pointwise 1x1, with a residual when the shape is kept.
+#[derive(Module, Debug)]
+pub struct DsBlock {
+    /// Depthwise 3x3 (carries the stride).
+    pub dw: ConvNormAct,
+    /// Pointwise 1x1 (changes the channels).
+    pub pw: ConvNormAct,
+    #[module(skip)]
+    residual: bool,
+}
+
+/// The classifier network.
+#[derive(Module, Debug)]
+pub struct Classifier {
+    /// 3x3 stride-2 stem.
+    pub stem: ConvNormAct,
+    /// Depthwise-separable blocks, all stages in order.
+    pub blocks: Vec<DsBlock>,
+    /// Linear head after global average pooling.
+    pub head: Linear,
+}
+
+impl Classifier {
+    /// Builds the network with fresh weights on `device`.
+    pub fn new(cfg: &ModelConfig, num_classes: usize, device: &Device) -> Self {
+        let plan = layer_plan(cfg, num_classes, (224, 224));
+        let stem = ConvNormAct::new(&plan[0], cfg.activation, device);
+        let blocks = plan[1..plan.len() - 1]
+            .chunks(2)
+            .map(|pair| DsBlock {
+                dw: ConvNormAct::new(&pair[0], cfg.activation, device),
+                pw: ConvNormAct::new(&pair[1], cfg.activation, device),
+                residual: pair[1].residual,
+            })
+            .collect();
+        let last = &plan[plan.len() - 1];
+        let head = LinearConfig::new(last.in_channels, num_classes)
+            .with_initializer(Initializer::Normal { mean: 0.0, std: cfg.head_init_std })
+            .init(device);
+        let head = Linear { bias: head.bias.map(|b| b.map(|t| t.zeros_like())), ..head };
+        Self { stem, blocks, head }
+    }
+
+    /// Logits for a batch of normalized images.
+    ///
+    /// # Shapes
+    /// `images`: `[B, 3, H, W]` f32 -> logits `[B, classes]` f32.
+    pub fn forward(&self, images: Tensor<4>, precision: Precision) -> Tensor<2> {
+        let x = match precision {
+            Precision::F32 => images,
+            Precision::F16 => images.cast(FloatDType::F16),
+        };
+        let mut x = self.stem.forward(x, precision); // [B, C0, H/2, W/2]
+        for block in &self.blocks {
+            let y = block.pw.forward(block.dw.forward(x.clone(), precision), precision);
+            x = if block.residual { y + x } else { y };
+        }
+        let [b, c, _, _] = x.dims();
+        let pooled = x.mean_dim(3).mean_dim(2).reshape([b, c]); // [B, C]
+        let logits = match precision {
+            Precision::F32 => self.head.forward(pooled),
+            Precision::F16 => burn::tensor::module::linear(
+                pooled,
+                self.head.weight.val().cast(FloatDType::F16),
+                self.head.bias.as_ref().map(|b| b.val().cast(FloatDType::F16)),
+            ),
+        };
+        logits.cast(FloatDType::F32)
+    }
+}
+
+/// Forward FLOPs for one image (2 x multiply-accumulates, convolutions and head).
+pub fn forward_flops(plan: &[LayerShape]) -> u64 {
+    plan.iter().map(|l| 2 * l.macs()).sum()
+}
+
+/// Parameters of the planned network.
+pub fn param_count(plan: &[LayerShape]) -> usize {
+    plan.iter().map(LayerShape::params).sum()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn default_network_has_about_3m_parameters_for_1000_classes() {
+        let plan = layer_plan(&ModelConfig::default(), 1000, (224, 224));
+        let n = param_count(&plan);
+        assert!((2_700_000..=3_300_000).contains(&n), "{n} parameters");
+        assert_eq!(plan.last().unwrap().in_hw, (7, 7));
+    }
+
+    #[test]
+    fn plan_matches_the_built_module() {
+        let cfg = ModelConfig { width: 0.25, ..ModelConfig::default() };
+        let device = Device::flex();
+        let model = Classifier::new(&cfg, 10, &device);
+        assert_eq!(model.num_params(), param_count(&layer_plan(&cfg, 10, (32, 32))));
+    }
+}

@@ -1,0 +1,719 @@
+//! The training loop: AdamW with warmup + cosine, label smoothing, global-norm gradient clipping,
+//! gradient accumulation, f16 with dynamic loss scaling, activation checkpointing, a NaN guard,
+//! memory sampling against the budget, per-epoch evaluation and atomic checkpoints.
+//!
+//! One optimizer step consumes `grad_accum_steps` loader batches of `batch_size` images. Each
+//! loader batch may be split into `split_factor` micro-batches when memory requires it (the
+//! budget was crossed, or the device refused an allocation); the loss of each micro-batch is
+//! weighted by its share of the step's images, so the gradient is the same whatever the split.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Instant;
+
+use burn::module::{Module, ModuleVisitor, Param};
+use burn::optim::{AdamWConfig, GradientsAccumulator, GradientsParams, ModuleOptimizer};
+use burn::tensor::{Device, Int, Tensor};
+use rand::SeedableRng;
+use rand::seq::SliceRandom;
+
+use crate::checkpoint::{self, TrainState};
+use crate::config::{Config, Precision};
+use crate::dataset::{Dataset, Splits};
+use crate::device::SelectedDevice;
+use crate::error::{Error, Result};
+use crate::eval::{self, EvalResult, batch_tensors};
+use crate::events::{Event, EventSink, StopSignal};
+use crate::loader::{self, Batch, SamplePipeline};
+use crate::memory::{self, MemoryTracker, human_bytes};
+use crate::model::Classifier;
+use crate::precision::LossScaler;
+use crate::schedule::WarmupCosine;
+
+/// What to train and where.
+#[derive(Clone, Debug)]
+pub struct TrainRequest {
+    /// The configuration (already overridden by flags).
+    pub config: Config,
+    /// Run folder: config, checkpoints, metrics, export.
+    pub out_dir: PathBuf,
+    /// Continue from the run folder's latest checkpoint.
+    pub resume: bool,
+    /// When the prediction exceeds the budget, shrink the micro-batch (keeping the effective
+    /// batch with accumulation) instead of refusing.
+    pub auto_fit: bool,
+    /// Stop after this many optimizer steps in total (benchmarks, tests); a checkpoint is written.
+    pub max_steps: Option<usize>,
+    /// Write the export (bpk + safetensors + metadata) when training completes.
+    pub export: bool,
+}
+
+impl TrainRequest {
+    /// A request with defaults: no resume, no auto-fit, no step cap, export at the end.
+    pub fn new(config: Config, out_dir: impl Into<PathBuf>) -> Self {
+        Self { config, out_dir: out_dir.into(), resume: false, auto_fit: false, max_steps: None, export: true }
+    }
+}
+
+/// How a run ended.
+#[derive(Clone, Debug)]
+pub struct TrainSummary {
+    /// Run folder.
+    pub out_dir: PathBuf,
+    /// Epochs fully completed.
+    pub epochs_completed: usize,
+    /// Optimizer steps taken in total.
+    pub global_step: usize,
+    /// Last validation result.
+    pub val: Option<EvalResult>,
+    /// Stopped early (user stop or step cap) rather than finished.
+    pub stopped: bool,
+    /// Wall time of this invocation in seconds.
+    pub wall_secs: f64,
+    /// Predicted peak device bytes.
+    pub predicted_peak_bytes: u64,
+    /// Measured memory (GPU only).
+    pub memory: MemoryTracker,
+    /// Training images per second over this invocation.
+    pub images_per_sec: f64,
+    /// Undecodable samples skipped over the run.
+    pub skipped: usize,
+    /// Export folder, when written.
+    pub export_dir: Option<PathBuf>,
+    /// Micro-batch size in effect at the end.
+    pub batch_size: usize,
+    /// Accumulation in effect at the end (micro-batches per optimizer step).
+    pub grad_accum_steps: usize,
+}
+
+/// Result of one optimizer step.
+#[derive(Clone, Copy, Debug)]
+struct StepStats {
+    loss: f32,
+    accuracy: f32,
+    images: usize,
+    applied: bool,
+}
+
+enum StepError {
+    /// The device failed (allocation, buffer limit): retry smaller.
+    Device(String),
+    Fatal(Error),
+}
+
+/// Cross-entropy with label smoothing `eps` (Szegedy et al. 2016), mean over the batch:
+/// `(1 - eps) * nll(target) + eps * mean_c(-log p_c)`.
+///
+/// # Shapes
+/// `logits` `[B, C]`, `labels` `[B]` -> loss `[1]`.
+pub fn smoothed_cross_entropy(logits: Tensor<2>, labels: Tensor<1, Int>, eps: f32) -> Tensor<1> {
+    let [b, _] = logits.dims();
+    let logp = burn::tensor::activation::log_softmax(logits, 1);
+    let nll = logp.clone().gather(1, labels.reshape([b, 1])).neg(); // [B, 1]
+    if eps == 0.0 {
+        return nll.mean();
+    }
+    let smooth = logp.mean_dim(1).neg(); // [B, 1]
+    (nll * (1.0 - eps) + smooth * eps).mean()
+}
+
+/// Squared global L2 norm of all gradients, as `torch.nn.utils.clip_grad_norm_` computes it.
+struct GradNormSq<'a> {
+    grads: &'a GradientsParams,
+    acc: Option<Tensor<1>>,
+}
+
+impl ModuleVisitor for GradNormSq<'_> {
+    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<D>>) {
+        if let Some(g) = self.grads.get::<D>(param.id) {
+            let s = (g.clone() * g).sum();
+            self.acc = Some(match self.acc.take() {
+                Some(a) => a + s,
+                None => s,
+            });
+        }
+    }
+}
+
+/// Multiplies every gradient by `factor`.
+struct ScaleGrads<'a> {
+    grads: &'a mut GradientsParams,
+    factor: f32,
+}
+
+impl ModuleVisitor for ScaleGrads<'_> {
+    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<D>>) {
+        if let Some(g) = self.grads.remove::<D>(param.id) {
+            self.grads.register(param.id, g * self.factor);
+        }
+    }
+}
+
+/// Model, optimizer and loop state on one device.
+struct Trainer {
+    config: Config,
+    precision: Precision,
+    device: Device,
+    ad_device: Device,
+    model: Option<Classifier>,
+    optim: ModuleOptimizer,
+    schedule: WarmupCosine,
+    state: TrainState,
+    tracker: MemoryTracker,
+}
+
+impl Trainer {
+    fn new(config: &Config, precision: Precision, device: &Device, class_names: Vec<String>, steps_total: usize, steps_per_epoch: usize) -> Self {
+        let ad_device = if config.train.checkpointing {
+            device.clone().autodiff().gradient_checkpointing()
+        } else {
+            device.clone().autodiff()
+        };
+        ad_device.seed(config.seed);
+        let model = Classifier::new(&config.model, class_names.len(), &ad_device);
+        let o = &config.optimizer;
+        let optim = AdamWConfig::new()
+            .with_beta_1(o.beta1)
+            .with_beta_2(o.beta2)
+            .with_epsilon(o.epsilon)
+            .with_weight_decay(o.weight_decay as f32)
+            .init();
+        let schedule = WarmupCosine {
+            peak_lr: o.lr,
+            warmup_steps: (o.warmup_epochs * steps_per_epoch as f64).round() as usize,
+            total_steps: steps_total,
+            min_lr_ratio: o.min_lr_ratio,
+        };
+        let scaler = if precision == Precision::F16 { LossScaler::new() } else { LossScaler::disabled() };
+        let state = TrainState {
+            epoch: 0,
+            batches_done_in_epoch: 0,
+            global_step: 0,
+            scaler,
+            split_factor: 1,
+            best_val_accuracy: 0.0,
+            class_names,
+        };
+        Self { config: config.clone(), precision, device: device.clone(), ad_device, model: Some(model), optim, schedule, state, tracker: MemoryTracker::default() }
+    }
+
+    fn model(&self) -> &Classifier {
+        self.model.as_ref().expect("the model is only taken out for the duration of an optimizer step")
+    }
+
+    fn restore(&mut self, dir: &Path, state: TrainState) -> Result<()> {
+        let mut model = self.model.take().expect("model present between steps");
+        let model_path = dir.join("model.bpk");
+        let bytes = std::fs::read(&model_path).map_err(|e| Error::io(&model_path, e))?;
+        checkpoint::load_model_bytes(&mut model, bytes, &model_path)?;
+        self.model = Some(model);
+        let opt_path = dir.join("optimizer.bpk");
+        let bytes = std::fs::read(&opt_path).map_err(|e| Error::io(&opt_path, e))?;
+        let optim = std::mem::replace(&mut self.optim, AdamWConfig::new().init());
+        self.optim = optim
+            .from_bytes(burn::tensor::Bytes::from_bytes_vec(bytes))
+            .map_err(|e| Error::io(&opt_path, format!("cannot load optimizer state: {e}")))?;
+        self.state = state;
+        Ok(())
+    }
+
+    fn save(&self, run_dir: &Path) -> Result<PathBuf> {
+        let opt = self.optim.into_bytes().map_err(|e| Error::io(run_dir.join("optimizer.bpk"), e))?;
+        checkpoint::save(run_dir, self.model(), &opt, &self.state)
+    }
+
+    /// One optimizer step over `batches` (the step's loader batches).
+    fn step(&mut self, batches: &[Batch], sample_memory: bool, sink: EventSink) -> std::result::Result<StepStats, StepError> {
+        let total: usize = batches.iter().map(Batch::len).sum();
+        let factor = self.state.split_factor;
+        let scale = self.state.scaler.scale;
+        let eps = self.config.train.label_smoothing;
+        let mut model = self.model.take().expect("model present between steps");
+        let mut accumulator = GradientsAccumulator::<Classifier>::new();
+        let mut loss_sum: Option<Tensor<1>> = None;
+        let mut correct_sum: Option<Tensor<1>> = None;
+        let mut sampled = !sample_memory;
+        for batch in batches {
+            for chunk in split_batch(batch, factor) {
+                let n = chunk.len();
+                let (images, labels) = batch_tensors(chunk, &self.ad_device);
+                let logits = model.forward(images, self.precision);
+                if !sampled {
+                    // The peak sits between the end of forward and the middle of backward.
+                    if let Err(e) = self.device.sync() {
+                        self.model = Some(model);
+                        return Err(StepError::Device(format!("{e:?}")));
+                    }
+                    if let Some((in_use, reserved)) = self.tracker.sample(&self.device) {
+                        sink(Event::Memory {
+                            step: self.state.global_step + 1,
+                            bytes_in_use: in_use,
+                            bytes_reserved: reserved,
+                            peak_bytes_in_use: self.tracker.peak_bytes_in_use,
+                        });
+                    }
+                    sampled = true;
+                }
+                let correct = logits.clone().inner().argmax(1).reshape([n]).equal(labels.clone().inner()).int().sum().float();
+                let loss = smoothed_cross_entropy(logits, labels, eps);
+                let weighted = loss.clone() * (scale * n as f32 / total as f32);
+                let grads = GradientsParams::from_grads(weighted.backward(), &model);
+                accumulator.accumulate(&model, grads);
+                let loss_n = loss.inner() * n as f32;
+                loss_sum = Some(match loss_sum.take() { Some(a) => a + loss_n, None => loss_n });
+                correct_sum = Some(match correct_sum.take() { Some(a) => a + correct, None => correct });
+            }
+        }
+        let mut grads = accumulator.grads();
+        let mut norm = GradNormSq { grads: &grads, acc: None };
+        model.visit(&mut norm);
+        let (Some(loss_sum), Some(correct_sum), Some(norm_sq)) = (loss_sum, correct_sum, norm.acc) else {
+            self.model = Some(model);
+            return Ok(StepStats { loss: 0.0, accuracy: 0.0, images: 0, applied: false });
+        };
+        let stats = Tensor::cat(vec![loss_sum, correct_sum, norm_sq], 0).try_into_data();
+        let stats = match stats.map(|d| d.to_vec::<f32>()) {
+            Ok(Ok(v)) => v,
+            Ok(Err(e)) => {
+                self.model = Some(model);
+                return Err(StepError::Fatal(Error::Device(format!("{e:?}"))));
+            }
+            Err(e) => {
+                self.model = Some(model);
+                return Err(StepError::Device(format!("{e:?}")));
+            }
+        };
+        let (loss, accuracy) = (stats[0] / total as f32, stats[1] / total as f32);
+        let grad_norm = stats[2].sqrt() / scale;
+        let finite = loss.is_finite() && grad_norm.is_finite();
+        let applied = self.state.scaler.update(finite);
+        if !finite {
+            self.model = Some(model);
+            if self.precision == Precision::F32 || self.state.scaler.skipped_in_a_row >= self.config.train.max_skipped_steps {
+                return Err(StepError::Fatal(Error::Diverged(diagnosis(loss, grad_norm, &self.config, self.state.global_step))));
+            }
+            sink(Event::Warning(format!(
+                "step {}: f16 gradients overflowed; step skipped, loss scale lowered to {}",
+                self.state.global_step + 1,
+                self.state.scaler.scale
+            )));
+            return Ok(StepStats { loss, accuracy, images: total, applied });
+        }
+        let clip = self.config.train.grad_clip_norm;
+        let clip_factor = if clip > 0.0 && grad_norm > clip { clip / (grad_norm + 1e-6) } else { 1.0 };
+        let multiplier = clip_factor / scale;
+        if multiplier != 1.0 {
+            model.visit(&mut ScaleGrads { grads: &mut grads, factor: multiplier });
+        }
+        let lr = self.schedule.lr(self.state.global_step);
+        self.model = Some(self.optim.step(lr, model, grads));
+        Ok(StepStats { loss, accuracy, images: total, applied })
+    }
+}
+
+/// Splits a host batch into `factor` nearly equal pieces (fewer if the batch is smaller).
+fn split_batch(batch: &Batch, factor: usize) -> Vec<Batch> {
+    let n = batch.len();
+    if factor <= 1 || n <= 1 {
+        return vec![Batch { skipped: vec![], ..batch.clone() }];
+    }
+    let per = n.div_ceil(factor.min(n));
+    let elems = 3 * batch.height * batch.width;
+    (0..n)
+        .step_by(per)
+        .map(|start| {
+            let end = (start + per).min(n);
+            Batch {
+                images: batch.images[start * elems..end * elems].to_vec(),
+                labels: batch.labels[start..end].to_vec(),
+                height: batch.height,
+                width: batch.width,
+                skipped: vec![],
+            }
+        })
+        .collect()
+}
+
+/// The NaN guard's message: the values seen and the likely causes in order.
+fn diagnosis(loss: f32, grad_norm: f32, config: &Config, step: usize) -> String {
+    format!(
+        "non-finite values at step {} (loss {loss}, gradient norm {grad_norm}). Likely causes, most likely first: \
+         1) learning rate too high (optimizer.lr = {}; try {}), \
+         2) head init too large (model.head_init_std = {}; 0.01 is safe), \
+         3) un-normalized inputs (data.mean/std = {:?}/{:?}). The last good checkpoint is kept.",
+        step + 1,
+        config.optimizer.lr,
+        config.optimizer.lr / 10.0,
+        config.model.head_init_std,
+        config.data.mean,
+        config.data.std
+    )
+}
+
+fn csv_append(path: &Path, header: &str, line: &str) -> Result<()> {
+    let new = !path.exists();
+    let mut f = std::fs::OpenOptions::new().create(true).append(true).open(path).map_err(|e| Error::io(path, e))?;
+    if new {
+        writeln!(f, "{header}").map_err(|e| Error::io(path, e))?;
+    }
+    writeln!(f, "{line}").map_err(|e| Error::io(path, e))
+}
+
+/// Header of `metrics.csv`.
+pub const METRICS_HEADER: &str = "step,epoch,loss,accuracy,lr,images_per_sec,bytes_in_use,bytes_reserved";
+/// Header of `epochs.csv`.
+pub const EPOCHS_HEADER: &str = "epoch,train_loss,train_accuracy,val_loss,val_accuracy,val_top5,secs,skipped";
+
+/// Trains (or resumes) a run. Runs on the calling thread; `stop` ends it after the current
+/// step with a checkpoint.
+///
+/// # Errors
+/// [`Error::Memory`] when the configuration cannot fit the budget or the adapter's buffer limit
+/// (before anything runs), [`Error::Diverged`] from the NaN guard, [`Error::Device`] when the
+/// device fails at micro-batch 1, [`Error::Io`] for run-folder files. The last checkpoint stays
+/// valid in every case.
+pub fn train(req: &TrainRequest, device: &SelectedDevice, splits: &Splits, sink: EventSink, stop: &StopSignal) -> Result<TrainSummary> {
+    let started = Instant::now();
+    let mut config = req.config.clone();
+    let out = &req.out_dir;
+    std::fs::create_dir_all(out).map_err(|e| Error::io(out, e))?;
+    let classes = splits.train.class_names.clone();
+    if splits.train.samples.is_empty() {
+        return Err(Error::Dataset { path: out.clone(), message: "no training samples".into() });
+    }
+    let mut precision = config.train.precision;
+    if precision == Precision::F16 && !device.supports_f16() {
+        sink(Event::Warning(format!("{} has no shader f16: training in f32", device.name)));
+        precision = Precision::F32;
+        config.train.precision = Precision::F32;
+    }
+    let plan = memory::plan(&config, classes.len());
+    if device.is_gpu() && !plan.fits {
+        if req.auto_fit && plan.max_batch_size > 0 {
+            sink(Event::BatchAdapted {
+                batch_size: plan.max_batch_size,
+                grad_accum_steps: plan.grad_accum_for_max,
+                reason: format!("--auto-fit: batch {} {}", config.train.batch_size, plan.verdict()),
+            });
+            config.train.batch_size = plan.max_batch_size;
+            config.train.grad_accum_steps = plan.grad_accum_for_max;
+        } else {
+            return Err(Error::Memory(format!(
+                "predicted peak {} {} of the {} budget (memory.memory_budget_bytes); set train.batch_size = {} with \
+                 train.grad_accum_steps = {} to keep the effective batch, turn on checkpointing or f16, or pass --auto-fit",
+                human_bytes(plan.estimate.total),
+                plan.verdict(),
+                human_bytes(plan.budget_bytes),
+                plan.max_batch_size.max(1),
+                plan.grad_accum_for_max.max(1)
+            )));
+        }
+    }
+    let estimate = memory::estimate(&config, config.train.batch_size, classes.len());
+    if let Some(adapter) = &device.adapter {
+        let limit = adapter.max_storage_buffer_binding_size.min(adapter.max_buffer_size);
+        if estimate.largest_tensor > limit {
+            let per_image = estimate.largest_tensor / config.train.batch_size as u64;
+            return Err(Error::Memory(format!(
+                "the largest tensor of a step is {} but {} allows {} per buffer; use train.batch_size <= {} (with grad_accum_steps to keep the effective batch) or a smaller crop_size",
+                human_bytes(estimate.largest_tensor),
+                adapter.name,
+                human_bytes(limit),
+                (limit / per_image.max(1)).max(1)
+            )));
+        }
+    }
+    let batch_size = config.train.batch_size;
+    let accum = config.train.grad_accum_steps;
+    let n_batches = splits.train.samples.len().div_ceil(batch_size);
+    let steps_per_epoch = n_batches.div_ceil(accum);
+    let steps_total = steps_per_epoch * config.train.epochs;
+    let mut trainer = Trainer::new(&config, precision, &device.device, classes.clone(), steps_total, steps_per_epoch);
+    if req.resume {
+        let (dir, state) = checkpoint::latest(out)?;
+        if state.class_names != classes {
+            return Err(Error::Dataset { path: out.clone(), message: "the dataset's classes differ from the checkpoint's; resume with the same --data".into() });
+        }
+        trainer.restore(&dir, state)?;
+    } else {
+        crate::checkpoint::write_atomic(&out.join("config.toml"), config.to_toml().as_bytes())?;
+    }
+    sink(Event::Started {
+        device: device.name.clone(),
+        out_dir: out.clone(),
+        start_epoch: trainer.state.epoch,
+        epochs: config.train.epochs,
+        steps_per_epoch,
+        samples: (splits.train.samples.len(), splits.val.samples.len()),
+        predicted_peak_bytes: estimate.total,
+    });
+    let train_ds = Arc::new(splits.train.clone());
+    let val_ds = Arc::new(splits.val.clone());
+    let train_pipe = Arc::new(SamplePipeline::from_config(&config, true));
+    let eval_pipe = Arc::new(SamplePipeline::from_config(&config, false));
+    let metrics_path = out.join("metrics.csv");
+    let epochs_path = out.join("epochs.csv");
+    let mut summary = TrainSummary {
+        out_dir: out.clone(),
+        epochs_completed: trainer.state.epoch,
+        global_step: trainer.state.global_step,
+        val: None,
+        stopped: false,
+        wall_secs: 0.0,
+        predicted_peak_bytes: estimate.total,
+        memory: MemoryTracker::default(),
+        images_per_sec: 0.0,
+        skipped: 0,
+        export_dir: None,
+        batch_size,
+        grad_accum_steps: accum,
+    };
+    let mut images_trained = 0usize;
+    let mut train_secs = 0f64;
+    let workers = config.data.workers;
+    while trainer.state.epoch < config.train.epochs {
+        let epoch = trainer.state.epoch;
+        let epoch_start = Instant::now();
+        let mut order: Vec<usize> = (0..train_ds.samples.len()).collect();
+        order.shuffle(&mut rand::rngs::SmallRng::seed_from_u64(config.seed.wrapping_add(epoch as u64)));
+        let skip = trainer.state.batches_done_in_epoch;
+        let iter = loader::batches(train_ds.clone(), train_pipe.clone(), Arc::new(order), batch_size, skip, config.seed ^ ((epoch as u64) << 32), workers, config.data.prefetch_batches);
+        let (mut epoch_loss, mut epoch_correct, mut epoch_images, mut epoch_skipped) = (0f64, 0f64, 0usize, 0usize);
+        let mut pending: Vec<Batch> = Vec::with_capacity(accum);
+        let mut batch_index = skip;
+        let mut step_start = Instant::now();
+        for batch in iter {
+            batch_index += 1;
+            for (source, reason) in &batch.skipped {
+                sink(Event::Warning(format!("skipped {source}: {reason}")));
+            }
+            epoch_skipped += batch.skipped.len();
+            pending.push(batch);
+            if pending.len() < accum && batch_index < n_batches {
+                continue;
+            }
+            let sample_now = device.is_gpu() && (trainer.state.global_step % config.train.memory_sample_every == 0);
+            let stats = loop {
+                match trainer.step(&pending, sample_now, sink) {
+                    Ok(s) => break s,
+                    Err(StepError::Fatal(e)) => return Err(e),
+                    Err(StepError::Device(msg)) => {
+                        let micro = batch_size.div_ceil(trainer.state.split_factor);
+                        if micro <= 1 {
+                            return Err(Error::Device(format!(
+                                "the device failed even at micro-batch 1 ({msg}); the last checkpoint in {} is intact — lower crop_size or use --device cpu",
+                                checkpoint::checkpoints_dir(out).display()
+                            )));
+                        }
+                        trainer.state.split_factor *= 2;
+                        trainer.device.memory_cleanup();
+                        sink(Event::BatchAdapted {
+                            batch_size: batch_size.div_ceil(trainer.state.split_factor),
+                            grad_accum_steps: accum * trainer.state.split_factor,
+                            reason: format!("the device refused the step at micro-batch {micro} ({msg}); retrying it at half"),
+                        });
+                    }
+                }
+            };
+            trainer.state.batches_done_in_epoch += pending.len();
+            pending.clear();
+            let secs = step_start.elapsed().as_secs_f64();
+            step_start = Instant::now();
+            if stats.images == 0 {
+                continue;
+            }
+            if stats.applied {
+                trainer.state.global_step += 1;
+            }
+            train_secs += secs;
+            images_trained += stats.images;
+            epoch_loss += stats.loss as f64 * stats.images as f64;
+            epoch_correct += stats.accuracy as f64 * stats.images as f64;
+            epoch_images += stats.images;
+            let lr = trainer.schedule.lr(trainer.state.global_step.saturating_sub(1));
+            let ips = stats.images as f64 / secs.max(1e-9);
+            sink(Event::Step { step: trainer.state.global_step, epoch, loss: stats.loss, accuracy: stats.accuracy, lr, images_per_sec: ips });
+            let (in_use, reserved) = if sample_now {
+                (trainer.tracker.peak_bytes_in_use.to_string(), trainer.tracker.peak_bytes_reserved.to_string())
+            } else {
+                (String::new(), String::new())
+            };
+            csv_append(&metrics_path, METRICS_HEADER, &format!("{},{epoch},{},{},{lr:e},{ips:.1},{in_use},{reserved}", trainer.state.global_step, stats.loss, stats.accuracy))?;
+            // Budget: when a measured peak crosses it, halve the micro-batch from the next step.
+            if sample_now && device.is_gpu() {
+                let measured = trainer.tracker.peak_bytes_reserved;
+                let micro = batch_size.div_ceil(trainer.state.split_factor);
+                if measured > config.memory.memory_budget_bytes && micro > 1 {
+                    trainer.state.split_factor *= 2;
+                    trainer.tracker = MemoryTracker::default();
+                    trainer.device.memory_cleanup();
+                    sink(Event::BatchAdapted {
+                        batch_size: batch_size.div_ceil(trainer.state.split_factor),
+                        grad_accum_steps: accum * trainer.state.split_factor,
+                        reason: format!("measured {} crossed the {} budget", human_bytes(measured), human_bytes(config.memory.memory_budget_bytes)),
+                    });
+                }
+            }
+            let capped = req.max_steps.is_some_and(|m| trainer.state.global_step >= m);
+            if stop.is_set() || capped {
+                let dir = trainer.save(out)?;
+                sink(Event::Checkpoint { path: dir });
+                summary.stopped = true;
+                break;
+            }
+        }
+        summary.skipped += epoch_skipped;
+        summary.memory = trainer.tracker;
+        if summary.stopped {
+            break;
+        }
+        let val_model = trainer.model().valid();
+        let val = eval::evaluate(&val_model, val_ds.clone(), eval_pipe.clone(), &trainer.device, batch_size.max(32), precision, workers)?;
+        let secs = epoch_start.elapsed().as_secs_f64();
+        let (train_loss, train_acc) = if epoch_images > 0 { ((epoch_loss / epoch_images as f64) as f32, (epoch_correct / epoch_images as f64) as f32) } else { (f32::NAN, f32::NAN) };
+        sink(Event::EpochEnd { epoch, train_loss, train_accuracy: train_acc, val_loss: val.loss, val_accuracy: val.top1, secs, skipped: epoch_skipped });
+        csv_append(&epochs_path, EPOCHS_HEADER, &format!("{epoch},{train_loss},{train_acc},{},{},{},{secs:.1},{epoch_skipped}", val.loss, val.top1, val.top5))?;
+        if epoch == 0 && trainer.tracker.peak_bytes_reserved > 0 {
+            let t = trainer.tracker;
+            sink(Event::Info(format!(
+                "memory after epoch 1: predicted peak {} vs measured {} reserved (ratio {:.2}); bytes_in_use after forward {}, pools high-water {}",
+                human_bytes(estimate.total),
+                human_bytes(t.peak_bytes_reserved),
+                estimate.total as f64 / t.peak_bytes_reserved as f64,
+                human_bytes(t.peak_bytes_in_use),
+                human_bytes(t.pools_high_water)
+            )));
+        }
+        trainer.state.best_val_accuracy = trainer.state.best_val_accuracy.max(val.top1);
+        trainer.state.epoch += 1;
+        trainer.state.batches_done_in_epoch = 0;
+        summary.val = Some(val);
+        let dir = trainer.save(out)?;
+        sink(Event::Checkpoint { path: dir });
+        summary.epochs_completed = trainer.state.epoch;
+        if stop.is_set() && trainer.state.epoch < config.train.epochs {
+            summary.stopped = true;
+            break;
+        }
+    }
+    summary.global_step = trainer.state.global_step;
+    summary.batch_size = batch_size.div_ceil(trainer.state.split_factor);
+    summary.grad_accum_steps = accum * trainer.state.split_factor;
+    summary.images_per_sec = images_trained as f64 / train_secs.max(1e-9);
+    if req.export && !summary.stopped {
+        let model = trainer.model().valid();
+        let info = crate::export::TrainingInfo {
+            epochs: summary.epochs_completed,
+            steps: summary.global_step,
+            val_accuracy: summary.val.as_ref().map(|v| v.top1),
+            device: device.name.clone(),
+        };
+        let dir = out.join("export");
+        crate::export::export(&model, &config, &classes, &info, &dir)?;
+        summary.export_dir = Some(dir);
+    }
+    summary.wall_secs = started.elapsed().as_secs_f64();
+    Ok(summary)
+}
+
+/// Result of [`overfit_check`].
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct OverfitResult {
+    /// Optimizer steps taken.
+    pub steps: usize,
+    /// Accuracy on the 64 images afterwards (evaluation mode), 0..1.
+    pub accuracy: f32,
+    /// Whether accuracy reached 98%.
+    pub passed: bool,
+}
+
+/// Trains on 64 images (no augmentation, constant learning rate after a short warmup) for up to
+/// `steps` steps and checks the network can memorize them (>= 98% accuracy): a test of the whole
+/// pipeline, model and optimizer.
+///
+/// # Errors
+/// As [`train`].
+pub fn overfit_check(config: &Config, device: &SelectedDevice, data: &Dataset, steps: usize, sink: EventSink) -> Result<OverfitResult> {
+    let subset = data.balanced_subset(64);
+    let mut cfg = config.clone();
+    cfg.augment = crate::config::AugmentConfig { random_crop: false, hflip: false, color_jitter: 0.0, random_erasing: 0.0 };
+    cfg.train.label_smoothing = 0.0;
+    cfg.train.batch_size = cfg.train.batch_size.min(32);
+    cfg.train.grad_accum_steps = 1;
+    cfg.optimizer.weight_decay = 0.0;
+    cfg.optimizer.min_lr_ratio = 1.0;
+    let n_batches = subset.samples.len().div_ceil(cfg.train.batch_size);
+    let precision = if cfg.train.precision == Precision::F16 && !device.supports_f16() { Precision::F32 } else { cfg.train.precision };
+    let mut trainer = Trainer::new(&cfg, precision, &device.device, subset.class_names.clone(), steps, 0);
+    trainer.schedule.warmup_steps = 10.min(steps);
+    let ds = Arc::new(subset);
+    let pipe = Arc::new(SamplePipeline::from_config(&cfg, false));
+    let order = Arc::new((0..ds.samples.len()).collect::<Vec<_>>());
+    // Decode the 64 images once.
+    let batches: Vec<Batch> = loader::batches(ds.clone(), pipe.clone(), order, cfg.train.batch_size, 0, cfg.seed, cfg.data.workers, 2).collect();
+    let mut done = 0;
+    while done < steps {
+        let batch = &batches[done % n_batches];
+        let stats = match trainer.step(std::slice::from_ref(batch), false, sink) {
+            Ok(s) => s,
+            Err(StepError::Fatal(e)) => return Err(e),
+            Err(StepError::Device(m)) => return Err(Error::Device(m)),
+        };
+        if stats.applied {
+            trainer.state.global_step += 1;
+        }
+        done += 1;
+        sink(Event::Step { step: done, epoch: 0, loss: stats.loss, accuracy: stats.accuracy, lr: trainer.schedule.lr(done - 1), images_per_sec: 0.0 });
+    }
+    let val = eval::evaluate(&trainer.model().valid(), ds, pipe, &trainer.device, 64, precision, cfg.data.workers)?;
+    Ok(OverfitResult { steps: done, accuracy: val.top1, passed: val.top1 >= 0.98 })
+}
+
+/// Throughput and memory of `steps` timed optimizer steps on synthetic images (after `warmup`
+/// untimed ones): what `vramfit bench` measures. Memory is sampled after the forward pass of
+/// every timed step (which synchronizes the device, as a real run does every few steps).
+///
+/// Returns `(training images per second, memory)`.
+///
+/// # Errors
+/// [`Error::Device`] when the device fails.
+pub fn measure_training(config: &Config, device: &SelectedDevice, num_classes: usize, warmup: usize, steps: usize, sample_memory: bool) -> Result<(f64, MemoryTracker)> {
+    let precision = if config.train.precision == Precision::F16 && !device.supports_f16() { Precision::F32 } else { config.train.precision };
+    let mut trainer = Trainer::new(config, precision, &device.device, (0..num_classes).map(|i| i.to_string()).collect(), warmup + steps, 1);
+    let batch = synthetic_batch(config, num_classes);
+    let batches = vec![batch; config.train.grad_accum_steps];
+    let mut sink = |_e: Event| {};
+    let mut run = |trainer: &mut Trainer, sample: bool| -> Result<usize> {
+        match trainer.step(&batches, sample, &mut sink) {
+            Ok(s) => Ok(s.images),
+            Err(StepError::Fatal(e)) => Err(e),
+            Err(StepError::Device(m)) => Err(Error::Device(m)),
+        }
+    };
+    for _ in 0..warmup {
+        run(&mut trainer, false)?;
+    }
+    trainer.tracker = MemoryTracker::default();
+    let start = Instant::now();
+    let mut images = 0;
+    for _ in 0..steps {
+        images += run(&mut trainer, sample_memory && device.is_gpu())?;
+    }
+    Ok((images as f64 / start.elapsed().as_secs_f64(), trainer.tracker))
+}
+
+/// A batch of `config.train.batch_size` random normalized images with labels `i % classes`.
+pub fn synthetic_batch(config: &Config, num_classes: usize) -> Batch {
+    use rand::Rng;
+    let px = config.image_size_px();
+    let n = config.train.batch_size;
+    let mut rng = rand::rngs::SmallRng::seed_from_u64(config.seed);
+    Batch {
+        images: (0..n * 3 * px * px).map(|_| rng.random_range(-2.0f32..2.0)).collect(),
+        labels: (0..n).map(|i| (i % num_classes) as i64).collect(),
+        height: px,
+        width: px,
+        skipped: vec![],
+    }
+}
