@@ -58,7 +58,7 @@ fn infer_rate(config: &Config, device: &SelectedDevice, repeats: usize) -> Resul
     let model = crate::model::Classifier::new(&config.model, BENCH_CLASSES, &device.device);
     let batch = crate::train::synthetic_batch(config, BENCH_CLASSES);
     let n = batch.len();
-    let mut run = || -> Result<()> {
+    let run = || -> Result<()> {
         let (x, _) = crate::eval::batch_tensors(batch.clone(), &device.device);
         model.forward(x, Precision::F32).try_into_data().map_err(|e| crate::Error::Device(format!("{e:?}")))?;
         Ok(())

@@ -34,7 +34,7 @@ pub struct AdapterInfo {
 /// Every adapter wgpu sees, in its enumeration order.
 pub fn list_adapters() -> Vec<AdapterInfo> {
     let instance = wgpu::Instance::new(wgpu::InstanceDescriptor::new_without_display_handle_from_env());
-    let adapters = pollster::block_on(instance.enumerate_adapters(wgpu::Backends::all()));
+    let adapters = pollster::block_on(instance.enumerate_adapters(wgpu::Backends::PRIMARY));
     let mut seen: Vec<(wgpu::Backend, wgpu::DeviceType)> = Vec::new();
     adapters
         .iter()

@@ -103,7 +103,7 @@ pub fn evaluate(
         let data = logp.try_into_data().map_err(|e| Error::Device(format!("reading evaluation results failed: {e:?}")))?;
         let nll = nll.try_into_scalar::<f32>().map_err(|e| Error::Device(format!("reading evaluation loss failed: {e:?}")))?;
         loss_sum += nll as f64;
-        let values = data.to_vec::<f32>().map_err(|e| Error::Device(format!("{e:?}")))?;
+        let values = data.try_to_vec::<f32>().map_err(|e| Error::Device(format!("{e:?}")))?;
         for (i, &label) in labels_host.iter().enumerate() {
             let row = &values[i * classes..(i + 1) * classes];
             let ranked = top_k(row, k);

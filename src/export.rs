@@ -5,6 +5,7 @@
 
 use std::path::{Path, PathBuf};
 
+use burn::module::Module;
 use burn::store::{BurnToPyTorchAdapter, ModuleSnapshot, PyTorchToBurnAdapter, SafetensorsStore};
 use burn::tensor::Device;
 use serde::{Deserialize, Serialize};

@@ -78,7 +78,7 @@ impl Predictor {
         let probs = burn::tensor::activation::softmax(self.model.forward(x, Precision::F32), 1);
         let classes = self.metadata.class_names.len();
         let data = probs.try_into_data().map_err(|e| Error::Device(format!("{e:?}")))?;
-        let values = data.to_vec::<f32>().map_err(|e| Error::Device(format!("{e:?}")))?;
+        let values = data.try_to_vec::<f32>().map_err(|e| Error::Device(format!("{e:?}")))?;
         Ok(values.chunks(classes).map(<[f32]>::to_vec).collect())
     }
 

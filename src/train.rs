@@ -229,7 +229,7 @@ impl Trainer {
         let factor = self.state.split_factor;
         let scale = self.state.scaler.scale;
         let eps = self.config.train.label_smoothing;
-        let mut model = self.model.take().expect("model present between steps");
+        let model = self.model.take().expect("model present between steps");
         let mut accumulator = GradientsAccumulator::<Classifier>::new();
         let mut loss_sum: Option<Tensor<1>> = None;
         let mut correct_sum: Option<Tensor<1>> = None;
@@ -273,7 +273,7 @@ impl Trainer {
             return Ok(StepStats { loss: 0.0, accuracy: 0.0, images: 0, applied: false });
         };
         let stats = Tensor::cat(vec![loss_sum, correct_sum, norm_sq], 0).try_into_data();
-        let stats = match stats.map(|d| d.to_vec::<f32>()) {
+        let stats = match stats.map(|d| d.try_to_vec::<f32>()) {
             Ok(Ok(v)) => v,
             Ok(Err(e)) => {
                 self.model = Some(model);

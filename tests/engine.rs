@@ -1,0 +1,450 @@
+//! Integration tests: the real-world cases of `tests/data/cases` (copied from shared/cases),
+//! IDX parsing, and training/export/predict/resume on the wgpu adapter (lavapipe in CI) and
+//! burn's CPU backends.
+
+use std::path::{Path, PathBuf};
+
+use vramfit::config::{Config, Precision};
+use vramfit::dataset::{self, SampleSource, ScanOptions};
+use vramfit::device::{self, CpuBackend, DeviceChoice, SelectedDevice};
+use vramfit::events::{Event, StopSignal};
+use vramfit::image_io::{LoadOptions, load_image};
+use vramfit::loader::SamplePipeline;
+use vramfit::preprocess::{PreprocessConfig, PreprocessMode};
+use vramfit::train::{self, TrainRequest};
+use vramfit::{Error, idx};
+
+fn cases() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/cases")
+}
+
+fn load(case: &str, file: &str) -> vramfit::Result<image::RgbImage> {
+    load_image(&cases().join(case).join(file), &LoadOptions::default())
+}
+
+fn close(px: [u8; 3], want: [u8; 3], tol: i32) -> bool {
+    px.iter().zip(want).all(|(a, b)| (*a as i32 - b as i32).abs() <= tol)
+}
+
+// ---------------------------------------------------------------- images (C01-C09, C15)
+
+#[test]
+fn c01_exif_orientation_is_applied() {
+    let red = [255, 0, 0];
+    let control = load("C01", "control_no_exif.jpg").unwrap();
+    assert_eq!(control.dimensions(), (64, 32));
+    assert!(close(control.get_pixel(8, 8).0, red, 8));
+    let o6 = load("C01", "exif_orientation6.jpg").unwrap();
+    assert_eq!(o6.dimensions(), (32, 64));
+    assert!(close(o6.get_pixel(24, 8).0, red, 8), "{:?}", o6.get_pixel(24, 8));
+    assert!(close(o6.get_pixel(8, 8).0, [255, 255, 255], 8));
+    let o8 = load("C01", "exif_orientation8.jpg").unwrap();
+    assert_eq!(o8.dimensions(), (32, 64));
+    assert!(close(o8.get_pixel(8, 56).0, red, 8), "{:?}", o8.get_pixel(8, 56));
+    assert!(close(o8.get_pixel(8, 8).0, [255, 255, 255], 8));
+}
+
+#[test]
+fn c04_gray_alpha_becomes_three_channels_over_white() {
+    let img = load("C04", "gray_alpha_LA.png").unwrap();
+    assert_eq!(img.dimensions(), (16, 16));
+    assert_eq!(img.get_pixel(2, 8).0, [200, 200, 200]);
+    assert_eq!(img.get_pixel(13, 8).0, [255, 255, 255]);
+}
+
+#[test]
+fn c05_palette_transparency_is_composited() {
+    let img = load("C05", "palette_trns.png").unwrap();
+    let (w, h) = img.dimensions();
+    assert_eq!(img.get_pixel(1, h / 2).0, [255, 255, 255], "hidden green must not show");
+    assert_eq!(img.get_pixel(w - 2, h / 2).0, [255, 0, 0]);
+    let semi = load("C05", "palette_trns_semi.png").unwrap();
+    assert!(close(semi.get_pixel(1, h / 2).0, [128, 255, 128], 3), "{:?}", semi.get_pixel(1, h / 2));
+}
+
+#[test]
+fn c06_rgba_prediction_input_is_white_not_blue() {
+    for (file, side) in [("rgba_hidden_blue.png", 16u32), ("rgba_hidden_blue_224.png", 224)] {
+        let img = load("C06", file).unwrap();
+        assert_eq!(img.get_pixel(side - 2, side / 2).0, [255, 255, 255]);
+        assert_eq!(img.get_pixel(1, side / 2).0, [255, 0, 0]);
+        // The model input: [1, 3, H, W] through the prediction pipeline.
+        let mut config = Config::default();
+        config.data.preprocess = PreprocessConfig { mode: PreprocessMode::ResizeAndCrop, load_size: 32, crop_size: 32 };
+        let loaded = vramfit::export::LoadedModel {
+            model: vramfit::model::Classifier::new(&config.model, 3, &burn::tensor::Device::flex()),
+            metadata: vramfit::export::ModelMetadata::new(&config, &["a".into(), "b".into(), "c".into()], 0, Default::default()),
+            weights_path: PathBuf::new(),
+        };
+        let predictor = vramfit::infer::Predictor::new(loaded, burn::tensor::Device::flex());
+        let input = predictor.input(&img).unwrap();
+        assert_eq!(input.dims(), [1, 3, 32, 32]);
+        let top = predictor.predict_image(&img, 5).unwrap();
+        assert_eq!(top.len(), 3);
+        assert!((top.iter().map(|c| c.probability).sum::<f32>() - 1.0).abs() < 1e-4);
+    }
+}
+
+#[test]
+fn c07_truncated_and_corrupt_files() {
+    let ok = load("C07", "ok_baseline.jpg").unwrap();
+    assert_eq!(ok.dimensions(), (64, 64));
+    assert_eq!(load("C07", "ok_progressive.jpg").unwrap().dimensions(), (64, 64));
+    let no_eoi = load("C07", "truncated_no_EOI.jpg").unwrap();
+    assert_eq!(no_eoi.as_raw(), ok.as_raw(), "missing end marker only: same pixels as the baseline");
+    for bad in ["truncated_half.png", "truncated_60pct.jpg", "truncated_progressive_50pct.jpg"] {
+        let err = load("C07", bad).unwrap_err().to_string();
+        assert!(err.contains(bad), "{err}");
+    }
+    // Bit flips: Ok or a per-file error, never a panic.
+    if let Err(e) = load("C07", "corrupt_bitflip.jpg") {
+        assert!(e.to_string().contains("corrupt_bitflip.jpg"));
+    }
+}
+
+#[test]
+fn c08_format_from_content_not_extension() {
+    for f in ["png_content.jpg", "jpeg_content.png", "webp_content.jpg"] {
+        let img = load("C08", f).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(img.dimensions(), (24, 16), "{f}");
+        assert!(close(img.get_pixel(12, 8).0, [10, 200, 30], 3), "{f}: {:?}", img.get_pixel(12, 8));
+    }
+    let reason = |f: &str| load("C08", f).unwrap_err().to_string();
+    assert!(reason("zero_bytes.png").contains("empty file"));
+    assert!(reason("text_renamed.jpg").contains("not an image"));
+    assert!(reason("heic_brand_named.jpg").contains("HEIF"));
+}
+
+#[test]
+fn c09_decompression_bombs_are_rejected_from_the_header() {
+    for (f, dims) in [
+        ("bomb_20000x20000_gray8.png", "20000x20000"),
+        ("header_100000x100000_rgba.png", "100000x100000"),
+        ("gif_screen_65535x65535.gif", "65535x65535"),
+    ] {
+        let err = load("C09", f).unwrap_err().to_string();
+        assert!(err.contains(f) && err.contains(dims) && err.contains("max_image_pixels"), "{err}");
+    }
+}
+
+#[test]
+fn c09_checking_bombs_keeps_resident_memory_under_200_mb() {
+    // Run `vramfit check-data` on a dataset of the bombs in a child process and read its peak
+    // resident set from the kernel (this test process's own peak includes other tests).
+    let dir = tempfile::tempdir().unwrap();
+    let class = dir.path().join("bombs");
+    std::fs::create_dir_all(&class).unwrap();
+    for f in std::fs::read_dir(cases().join("C09")).unwrap().flatten() {
+        std::fs::copy(f.path(), class.join(f.file_name())).unwrap();
+    }
+    std::fs::copy(cases().join("C07/ok_baseline.jpg"), class.join("ok.jpg")).unwrap();
+    let child = std::process::Command::new(env!("CARGO_BIN_EXE_vramfit"))
+        .args(["check-data", dir.path().to_str().unwrap(), "--set", "data.val_fraction=0"])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id() as libc::pid_t;
+    let mut status = 0;
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: waits for our own child; `usage` is a valid out-pointer.
+    let r = unsafe { libc::wait4(pid, &mut status, 0, &mut usage) };
+    assert_eq!(r, pid);
+    let mut out = String::new();
+    std::io::Read::read_to_string(&mut child.stdout.unwrap(), &mut out).unwrap();
+    assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0, "check-data failed: {out}");
+    assert!(out.contains("3 files would be skipped"), "{out}");
+    let max_rss_mb = usage.ru_maxrss as f64 / 1024.0;
+    assert!(max_rss_mb < 200.0, "peak RSS {max_rss_mb:.0} MB");
+}
+
+#[test]
+fn c15_every_mode_gives_one_training_size_or_names_the_file() {
+    let files = ["wide_300x100.png", "tall_100x300.png", "tiny_37x23.png", "odd_255x255.png", "exact_256x256.png", "half_42x18.png", "one_pixel_1x1.png"];
+    let mut rng = <rand::rngs::SmallRng as rand::SeedableRng>::seed_from_u64(0);
+    for mode in PreprocessMode::ALL {
+        let mut config = Config::default();
+        config.data.preprocess = PreprocessConfig { mode, load_size: 256, crop_size: 224 };
+        let pipe = SamplePipeline::from_config(&config, true);
+        for f in files {
+            let path = cases().join("C15").join(f);
+            match pipe.load(&SampleSource::File(path.clone()), &mut rng) {
+                Ok((chw, h, w)) => {
+                    assert!(h > 0 && w > 0 && chw.len() == 3 * h * w);
+                    if mode == PreprocessMode::None {
+                        assert_eq!((h % 4, w % 4), (0, 0), "{f}");
+                    } else {
+                        assert_eq!((w, h), (224, 224), "{} {f}", mode.name());
+                    }
+                }
+                Err(e) => {
+                    assert_eq!(mode, PreprocessMode::Crop, "{} {f}: {e}", mode.name());
+                    assert!(e.contains(f) && e.contains("crop_size"), "{e}");
+                }
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------- folders (C11-C13)
+
+fn scan(dir: &Path, allow_empty: bool) -> vramfit::Result<(dataset::Dataset, dataset::ScanReport)> {
+    dataset::scan_folder(dir, &ScanOptions { val_fraction: 0.0, seed: 0, allow_empty_classes: allow_empty })
+}
+
+#[test]
+fn c11_os_junk_is_ignored() {
+    let (ds, report) = scan(&cases().join("C11/dataset"), false).unwrap();
+    assert_eq!(ds.class_names, ["cat", "dog"]);
+    assert_eq!(ds.samples.len(), 4);
+    assert!(!report.ignored.is_empty());
+    let pipe = SamplePipeline::from_config(&Config::default(), false);
+    for s in &ds.samples {
+        pipe.decode(&s.source).unwrap_or_else(|e| panic!("{e}"));
+    }
+}
+
+#[test]
+fn c12_extensions_are_case_insensitive() {
+    let (ds, _) = scan(&cases().join("C12/dataset"), false).unwrap();
+    assert_eq!(ds.samples.len(), 6);
+    assert_eq!(ds.class_counts(), vec![4, 2]);
+}
+
+#[test]
+fn c13_empty_classes_and_unicode_names() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("dataset");
+    copy_dir(&cases().join("C13/dataset"), &root);
+    std::fs::create_dir_all(root.join("empty_class")).unwrap();
+    let err = scan(&root, false).unwrap_err().to_string();
+    assert!(err.contains("empty_class") && err.contains("only_junk"), "{err}");
+    let (ds, report) = scan(&root, true).unwrap();
+    assert_eq!(ds.class_names, ["cat", "dog", "Äpfel und Birnen", "猫 neko"]);
+    assert_eq!(ds.class_counts(), vec![2, 2, 2, 2]);
+    assert_eq!(report.empty_classes, ["empty_class", "only_junk"]);
+    // Byte-exact through export metadata and prediction output.
+    let config = Config::default();
+    let device = burn::tensor::Device::flex();
+    let model = vramfit::model::Classifier::new(&config.model, 4, &device);
+    let out = dir.path().join("export");
+    vramfit::export::export(&model, &config, &ds.class_names, &Default::default(), &out).unwrap();
+    let predictor = vramfit::infer::Predictor::load(&out, device).unwrap();
+    assert_eq!(predictor.metadata.class_names, ds.class_names);
+    let img = load("C07", "ok_baseline.jpg").unwrap();
+    let names: Vec<String> = predictor.predict_image(&img, 4).unwrap().into_iter().map(|c| c.name).collect();
+    let mut sorted = names.clone();
+    sorted.sort();
+    assert_eq!(sorted, ["cat", "dog", "Äpfel und Birnen", "猫 neko"]);
+}
+
+#[test]
+fn images_in_the_root_are_a_layout_error() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::copy(cases().join("C07/ok_baseline.jpg"), dir.path().join("a.jpg")).unwrap();
+    let err = scan(dir.path(), false).unwrap_err().to_string();
+    assert!(err.contains("images directly in it") && err.contains("<class_name>"), "{err}");
+}
+
+#[cfg(unix)]
+#[test]
+fn symlink_loops_are_followed_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let cat = dir.path().join("cat");
+    std::fs::create_dir_all(cat.join("sub")).unwrap();
+    std::fs::copy(cases().join("C07/ok_baseline.jpg"), cat.join("sub/a.jpg")).unwrap();
+    std::os::unix::fs::symlink(&cat, cat.join("sub/loop")).unwrap();
+    let (ds, report) = scan(dir.path(), false).unwrap();
+    assert_eq!(ds.samples.len(), 1);
+    assert_eq!(report.symlink_loops.len(), 1);
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap().flatten() {
+        let target = to.join(e.file_name());
+        if e.path().is_dir() {
+            copy_dir(&e.path(), &target);
+        } else {
+            std::fs::copy(e.path(), &target).unwrap();
+        }
+    }
+}
+
+// ---------------------------------------------------------------- IDX (C17)
+
+#[test]
+fn c17_idx_variants() {
+    let c17 = cases().join("C17");
+    let pair = |d: &str| idx::find_split(&c17.join(d), "train").map(|(i, l)| idx::load_pair(&i, &l));
+    let sums = [1020u64, 3920, 8460, 14400, 21500, 29520, 38220, 47360, 56700, 66000];
+    for d in ["ok", "gzipped", "gzip_without_gz_extension", "dotted_names_7zip"] {
+        let (imgs, labels) = pair(d).unwrap().unwrap_or_else(|e| panic!("{d}: {e}"));
+        assert_eq!((imgs.count, imgs.rows, imgs.cols), (10, 28, 28), "{d}");
+        assert_eq!(labels, (0..10).collect::<Vec<u8>>());
+        let got: Vec<u64> = (0..10).map(|i| imgs.image(i).iter().map(|&v| v as u64).sum()).collect();
+        assert_eq!(got, sums, "{d}");
+    }
+    let err = |d: &str| pair(d).unwrap().unwrap_err().to_string();
+    assert!(err("wrong_magic").contains("expected 2051 got 2049 (a labels file?)"), "{}", err("wrong_magic"));
+    assert!(err("truncated_payload").contains("expected 7840 payload bytes, found 7448"), "{}", err("truncated_payload"));
+    assert!(err("count_mismatch").contains("10 images vs 9 labels"), "{}", err("count_mismatch"));
+    assert!(err("empty_file").contains("too short for a header"), "{}", err("empty_file"));
+    assert!(err("html_instead_of_gzip").contains("not IDX or gzip"), "{}", err("html_instead_of_gzip"));
+    assert!(err("wrong_ndim").contains("images must be 3-D"), "{}", err("wrong_ndim"));
+    assert!(err("little_endian_header").contains("little-endian"), "{}", err("little_endian_header"));
+    // As a dataset folder: the same errors, naming the file.
+    let opts = ScanOptions { val_fraction: 0.2, seed: 1, allow_empty_classes: false };
+    let e = dataset::open(&c17.join("wrong_magic"), &opts).unwrap_err().to_string();
+    assert!(e.contains("train-images-idx3-ubyte"), "{e}");
+    let ok = dataset::open(&c17.join("gzipped"), &opts).unwrap();
+    assert_eq!(ok.train.samples.len() + ok.val.samples.len(), 10);
+}
+
+// ---------------------------------------------------------------- training on devices
+
+fn gpu() -> SelectedDevice {
+    let d = device::select(DeviceChoice::Gpu(None)).unwrap();
+    assert!(d.is_gpu(), "these tests need a wgpu adapter: install mesa-vulkan-drivers (lavapipe)");
+    d
+}
+
+fn quickstart() -> Config {
+    vramfit::cli::load_config("quickstart").unwrap()
+}
+
+fn bundled() -> dataset::Splits {
+    dataset::open(&dataset::bundled_dataset_dir(), &ScanOptions { val_fraction: 0.1, seed: 42, allow_empty_classes: false }).unwrap()
+}
+
+#[test]
+fn overfit_check_passes_on_the_wgpu_adapter() {
+    let device = gpu();
+    let splits = bundled();
+    let mut sink = |_e: Event| {};
+    let r = train::overfit_check(&quickstart(), &device, &splits.train, 200, &mut sink).unwrap();
+    assert!(r.passed, "accuracy on 64 images {:.3} after {} steps", r.accuracy, r.steps);
+}
+
+#[test]
+fn train_export_predict_parity_and_resume() {
+    let device = gpu();
+    let splits = bundled();
+    let dir = tempfile::tempdir().unwrap();
+    let run = dir.path().join("run");
+    let mut config = quickstart();
+    config.train.epochs = 1;
+    // 1) Stop after 30 steps, then resume to the end of the epoch.
+    let mut req = TrainRequest::new(config.clone(), &run);
+    req.max_steps = Some(30);
+    let mut events = Vec::new();
+    let first = train::train(&req, &device, &splits, &mut |e| events.push(e), &StopSignal::new()).unwrap();
+    assert!(first.stopped);
+    assert_eq!(first.global_step, 30);
+    let (_, state) = vramfit::checkpoint::latest(&run).unwrap();
+    assert_eq!((state.global_step, state.batches_done_in_epoch), (30, 30));
+    let mut req = TrainRequest::new(config.clone(), &run);
+    req.resume = true;
+    let mut steps = Vec::new();
+    let done = train::train(&req, &device, &splits, &mut |e| {
+        if let Event::Step { step, .. } = e {
+            steps.push(step)
+        }
+    }, &StopSignal::new())
+    .unwrap();
+    let per_epoch = 6000usize.div_ceil(64);
+    assert_eq!(steps.first(), Some(&31), "resume continues the step count");
+    assert_eq!(done.global_step, per_epoch);
+    assert_eq!(done.epochs_completed, 1);
+    let val = done.val.clone().unwrap();
+    assert!(val.top1 >= 0.70, "test accuracy after one epoch {:.3}", val.top1);
+    let metrics = std::fs::read_to_string(run.join("metrics.csv")).unwrap();
+    assert_eq!(metrics.lines().count(), per_epoch + 1, "one metrics row per step across the resume");
+    // 2) Export round trip: bpk and safetensors give identical logits.
+    let export = done.export_dir.clone().unwrap();
+    let cpu = burn::tensor::Device::flex();
+    let a = vramfit::infer::Predictor::load(&export.join("model.bpk"), cpu.clone()).unwrap();
+    let b = vramfit::infer::Predictor::load(&export.join("model.safetensors"), cpu).unwrap();
+    let img = image::RgbImage::from_fn(28, 28, |x, y| image::Rgb([(x * 9) as u8, (y * 9) as u8, 100]));
+    assert_eq!(a.probabilities(std::slice::from_ref(&img)).unwrap(), b.probabilities(std::slice::from_ref(&img)).unwrap());
+    // 3) GPU vs CPU (flex, ndarray) predictions on the 1000 bundled test images.
+    let test: Vec<image::RgbImage> = {
+        let pipe = SamplePipeline::from_config(&config, false);
+        splits.val.samples.iter().map(|s| pipe.decode(&s.source).unwrap()).collect()
+    };
+    let probs = |backend: Option<CpuBackend>| -> Vec<Vec<f32>> {
+        let dev = backend.map_or(device.device.clone(), CpuBackend::device);
+        let p = vramfit::infer::Predictor::load(&export, dev).unwrap();
+        test.chunks(100).flat_map(|c| p.probabilities(c).unwrap()).collect()
+    };
+    let on_gpu = probs(None);
+    for backend in [CpuBackend::Flex, CpuBackend::Ndarray] {
+        let on_cpu = probs(Some(backend));
+        let argmax = |v: &[f32]| vramfit::eval::top_k(v, 1)[0].0;
+        let agree = on_gpu.iter().zip(&on_cpu).filter(|(g, c)| argmax(g) == argmax(c)).count();
+        assert!(agree as f64 >= 0.995 * test.len() as f64, "{backend:?}: top-1 agrees on {agree}/{}", test.len());
+        let max_diff = on_gpu.iter().zip(&on_cpu).flat_map(|(g, c)| g.iter().zip(c).map(|(a, b)| (a - b).abs())).fold(0f32, f32::max);
+        assert!(max_diff <= 1e-3, "{backend:?}: probabilities differ by {max_diff}");
+    }
+}
+
+#[test]
+fn an_impossible_batch_is_refused_before_training_with_the_numbers() {
+    let device = gpu();
+    let splits = bundled();
+    let mut config = quickstart();
+    config.train.batch_size = 4096;
+    config.memory.memory_budget_bytes = 64 << 20;
+    let dir = tempfile::tempdir().unwrap();
+    let req = TrainRequest::new(config.clone(), dir.path().join("run"));
+    let err = train::train(&req, &device, &splits, &mut |_e| {}, &StopSignal::new()).unwrap_err();
+    let msg = err.to_string();
+    assert!(matches!(err, Error::Memory(_)) && msg.contains("does not fit by") && msg.contains("train.batch_size ="), "{msg}");
+    assert!(!dir.path().join("run/checkpoints").exists(), "nothing ran");
+    // With --auto-fit the same request trains at the largest fitting micro-batch.
+    let plan = vramfit::memory::plan(&config, 10);
+    assert!(plan.max_batch_size >= 1 && plan.max_batch_size < 4096);
+    let mut req = TrainRequest::new(config, dir.path().join("fit"));
+    req.auto_fit = true;
+    req.max_steps = Some(1);
+    let mut adapted = None;
+    let s = train::train(&req, &device, &splits, &mut |e| {
+        if let Event::BatchAdapted { batch_size, grad_accum_steps, .. } = e {
+            adapted = Some((batch_size, grad_accum_steps))
+        }
+    }, &StopSignal::new())
+    .unwrap();
+    assert_eq!(adapted, Some((plan.max_batch_size, plan.grad_accum_for_max)));
+    assert_eq!(s.global_step, 1);
+}
+
+#[test]
+fn a_huge_learning_rate_gets_the_nan_diagnosis() {
+    let device = device::select(DeviceChoice::Cpu(CpuBackend::Flex)).unwrap();
+    let splits = bundled();
+    let mut config = quickstart();
+    config.optimizer.lr = 1e9;
+    config.optimizer.warmup_epochs = 0.0;
+    config.train.grad_clip_norm = 0.0;
+    config.model.head_init_std = 1e3;
+    let dir = tempfile::tempdir().unwrap();
+    let mut req = TrainRequest::new(config, dir.path().join("run"));
+    req.max_steps = Some(40);
+    let err = train::train(&req, &device, &splits, &mut |_e| {}, &StopSignal::new()).unwrap_err().to_string();
+    assert!(err.contains("non-finite") && err.contains("learning rate too high") && err.contains("optimizer.lr"), "{err}");
+}
+
+#[test]
+fn a_tensor_over_the_adapter_buffer_limit_is_refused_with_the_reason() {
+    let device = gpu();
+    let limit = device.adapter.as_ref().unwrap().max_storage_buffer_binding_size;
+    let splits = bundled();
+    let mut config = quickstart();
+    // Pick a batch whose stem output alone is over the adapter's buffer limit.
+    let per_image = vramfit::memory::estimate(&config, 1, 10).largest_tensor;
+    config.train.batch_size = (limit / per_image + 1) as usize;
+    config.memory.memory_budget_bytes = 1 << 40;
+    let dir = tempfile::tempdir().unwrap();
+    let req = TrainRequest::new(config, dir.path().join("run"));
+    let err = train::train(&req, &device, &splits, &mut |_e| {}, &StopSignal::new()).unwrap_err().to_string();
+    assert!(err.contains("per buffer") && err.contains("train.batch_size <="), "{err}");
+}
