@@ -79,7 +79,7 @@ fn parse_header(bytes: &[u8], want_magic: u32, want_ndim: usize) -> std::result:
         return Err(format!("too short for a header ({} bytes, need {})", bytes.len(), 4 + 4 * want_ndim));
     }
     if bytes[0] != 0 || bytes[1] != 0 {
-        if bytes[2] == 0 && bytes[3] == 0 && bytes[0] == 0x08 {
+        if bytes[2] == 0 && bytes[3] == 0 && bytes[1] == 0x08 {
             let swapped = u32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]);
             return Err(format!(
                 "little-endian header (magic reads {swapped} byte-swapped); IDX is big-endian, re-export the file"

@@ -121,25 +121,47 @@ fn describe_unknown(bytes: &[u8]) -> String {
     "not an image: content matches no supported format (jpeg, png, bmp, webp, gif, tiff)".into()
 }
 
-/// Rejects JPEGs whose scan data is cut short. A file missing only the final EOI marker is
-/// accepted: strict decoding of it plus `FF D9` succeeds.
+/// Rejects JPEGs whose entropy-coded data is cut short (decoders fill the missing rows with
+/// invented pixels). A file missing only its final EOI marker is accepted.
+///
+/// Strict decoding must succeed, possibly after appending the EOI marker; and a file that does
+/// not end with EOI must have data down to the bottom of the image. That is tested by decoding it
+/// again with the last eighth of its scan data removed: for a complete file the first changed row
+/// is in the bottom part of the image, for a file cut at 60% it is above the middle.
 fn check_jpeg_complete(bytes: &[u8]) -> std::result::Result<(), String> {
-    let strict = |data: &[u8]| {
-        let options = zune_core::options::DecoderOptions::default().set_strict_mode(true);
+    let decode = |data: &[u8], strict: bool| {
+        let options = zune_core::options::DecoderOptions::default().set_strict_mode(strict);
         let mut d = zune_jpeg::JpegDecoder::new_with_options(zune_core::bytestream::ZCursor::new(data), options);
-        d.decode().map(|_| ())
+        let pixels = d.decode()?;
+        let (w, h) = d.dimensions().unwrap_or((0, 0));
+        Ok::<_, zune_jpeg::errors::DecodeErrors>((pixels, w, h))
     };
-    match strict(bytes) {
-        Ok(()) => Ok(()),
-        Err(first) => {
-            let mut with_eoi = bytes.to_vec();
-            with_eoi.extend_from_slice(&[0xFF, 0xD9]);
-            if !bytes.ends_with(&[0xFF, 0xD9]) && strict(&with_eoi).is_ok() {
-                Ok(())
-            } else {
-                Err(format!("truncated or corrupt JPEG ({first}); the decoder would invent the missing rows"))
-            }
-        }
+    let truncated = |why: String| Err(format!("truncated or corrupt JPEG ({why}); the decoder would invent the missing rows"));
+    let ends_with_eoi = bytes.ends_with(&[0xFF, 0xD9]);
+    let mut with_eoi = bytes.to_vec();
+    if !ends_with_eoi {
+        with_eoi.extend_from_slice(&[0xFF, 0xD9]);
+    }
+    let (full, w, h) = match decode(&with_eoi, true) {
+        Ok(r) => r,
+        Err(e) => return truncated(e.to_string()),
+    };
+    let scan_start = bytes.windows(2).position(|m| m == [0xFF, 0xDA]).unwrap_or(0);
+    let scan_len = bytes.len().saturating_sub(scan_start);
+    if ends_with_eoi || scan_len < 256 || w == 0 || h < 16 {
+        return Ok(());
+    }
+    let mut shorter = bytes[..bytes.len() - (scan_len / 8).max(32)].to_vec();
+    shorter.extend_from_slice(&[0xFF, 0xD9]);
+    let Ok((cut, cw, ch)) = decode(&shorter, false) else { return Ok(()) };
+    if (cw, ch) != (w, h) || cut.len() != full.len() {
+        return Ok(());
+    }
+    let row = full.len() / h;
+    let first_changed = (0..h).find(|&y| full[y * row..(y + 1) * row] != cut[y * row..(y + 1) * row]);
+    match first_changed {
+        Some(y) if (y as f64) < 0.7 * h as f64 => truncated(format!("no end marker and the data ends above row {} of {h}", y + h / 8)),
+        _ => Ok(()),
     }
 }
 
