@@ -349,5 +349,14 @@ pub fn check_data(path: &std::path::Path, config: &Config, allow_empty: bool) ->
             s.push_str(&format!("{label} image {w}x{h} ({name}) -> {} gives {out}\n", p.mode.name()));
         }
     }
+    if let Some(kb) = peak_rss_kb() {
+        s.push_str(&format!("peak resident memory: {:.1} MB\n", kb as f64 / 1024.0));
+    }
     Ok(s)
+}
+
+/// This process's peak resident set in KiB (Linux `VmHWM`), `None` elsewhere.
+pub fn peak_rss_kb() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    status.lines().find_map(|l| l.strip_prefix("VmHWM:")).and_then(|v| v.trim().trim_end_matches(" kB").trim().parse().ok())
 }

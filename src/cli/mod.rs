@@ -13,8 +13,9 @@ use crate::config::Config;
 use crate::device::{CpuBackend, DeviceChoice};
 
 /// Presets shipped in `configs/`, embedded so the binary works from any folder.
-pub const PRESETS: [(&str, &str); 5] = [
+pub const PRESETS: [(&str, &str); 6] = [
     ("quickstart", include_str!("../../configs/quickstart.toml")),
+    ("fashion-mnist", include_str!("../../configs/fashion-mnist.toml")),
     ("4gb", include_str!("../../configs/4gb.toml")),
     ("6gb", include_str!("../../configs/6gb.toml")),
     ("8gb", include_str!("../../configs/8gb.toml")),
