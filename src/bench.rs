@@ -179,11 +179,13 @@ pub struct MemoryGrid {
 
 impl MemoryGrid {
     /// `full`: batch {4, 8, 16, 32} x {64, 128, 224} px x {f32, f16} x checkpointing {off, on};
-    /// `small`: batch {4, 8} x {32, 64} px x f32 x {off, on} (for CI on a software adapter).
+    /// `small`: batch {4, 8} x {32, 64} px x {f32, f16} x {off, on}; `tiny`: batch 8, 64 px, f32,
+    /// checkpointing off and on (the CI test on a software adapter).
     pub fn named(name: &str) -> Option<Self> {
         match name {
             "full" => Some(Self { batch_sizes: vec![4, 8, 16, 32], image_px: vec![64, 128, 224], precisions: vec![Precision::F32, Precision::F16], checkpointing: vec![false, true] }),
-            "small" => Some(Self { batch_sizes: vec![4, 8], image_px: vec![32, 64], precisions: vec![Precision::F32], checkpointing: vec![false, true] }),
+            "small" => Some(Self { batch_sizes: vec![4, 8], image_px: vec![32, 64], precisions: vec![Precision::F32, Precision::F16], checkpointing: vec![false, true] }),
+            "tiny" => Some(Self { batch_sizes: vec![8], image_px: vec![64], precisions: vec![Precision::F32], checkpointing: vec![false, true] }),
             _ => None,
         }
     }
@@ -200,13 +202,16 @@ pub struct MemoryBenchRow {
     pub precision: String,
     /// Checkpointing on.
     pub checkpointing: bool,
-    /// Predicted peak bytes.
+    /// Predicted peak bytes (reserved, what the budget is checked against).
     pub predicted_bytes: u64,
+    /// Predicted bytes_in_use at the end of the forward pass.
+    pub predicted_in_use_bytes: u64,
     /// Measured peak bytes_reserved.
     pub measured_reserved_bytes: u64,
     /// Measured peak bytes_in_use (after forward).
     pub measured_in_use_bytes: u64,
-    /// (predicted - measured_reserved) / measured_reserved, in percent.
+    /// (predicted in use - measured in use) / measured in use, in percent: both at the end of the
+    /// forward pass, where the training peak begins.
     pub error_percent: f64,
     /// Why the cell was skipped.
     pub skipped: Option<String>,
@@ -236,6 +241,7 @@ pub fn bench_memory(base: &Config, device: &SelectedDevice, grid: &MemoryGrid, s
                         precision: format!("{precision:?}").to_lowercase(),
                         checkpointing,
                         predicted_bytes: est.total,
+                        predicted_in_use_bytes: est.in_use_after_forward,
                         measured_reserved_bytes: 0,
                         measured_in_use_bytes: 0,
                         error_percent: f64::NAN,
@@ -251,7 +257,7 @@ pub fn bench_memory(base: &Config, device: &SelectedDevice, grid: &MemoryGrid, s
                             Ok((_, mem)) => {
                                 row.measured_reserved_bytes = mem.peak_bytes_reserved;
                                 row.measured_in_use_bytes = mem.peak_bytes_in_use;
-                                row.error_percent = (est.total as f64 - mem.peak_bytes_reserved as f64) / mem.peak_bytes_reserved.max(1) as f64 * 100.0;
+                                row.error_percent = (est.in_use_after_forward as f64 - mem.peak_bytes_in_use as f64) / mem.peak_bytes_in_use.max(1) as f64 * 100.0;
                             }
                             Err(e) => row.skipped = Some(e.to_string()),
                         }
@@ -267,20 +273,21 @@ pub fn bench_memory(base: &Config, device: &SelectedDevice, grid: &MemoryGrid, s
 
 /// `bench memory` rows as a Markdown table.
 pub fn memory_table(rows: &[MemoryBenchRow]) -> String {
-    let mut s = String::from("| batch | px | precision | checkpointing | predicted | measured reserved | in use after forward | error |\n|---|---|---|---|---|---|---|---|\n");
+    let mut s = String::from("| batch | px | precision | checkpointing | predicted in use | measured in use | error | predicted peak (budget) | measured reserved |\n|---|---|---|---|---|---|---|---|---|\n");
     for r in rows {
         match &r.skipped {
-            Some(why) => s.push_str(&format!("| {} | {} | {} | {} | {} | skipped: {why} | | |\n", r.batch_size, r.image_px, r.precision, r.checkpointing, human_bytes(r.predicted_bytes))),
+            Some(why) => s.push_str(&format!("| {} | {} | {} | {} | {} | skipped: {why} | | {} | |\n", r.batch_size, r.image_px, r.precision, r.checkpointing, human_bytes(r.predicted_in_use_bytes), human_bytes(r.predicted_bytes))),
             None => s.push_str(&format!(
-                "| {} | {} | {} | {} | {} | {} | {} | {:+.1}% |\n",
+                "| {} | {} | {} | {} | {} | {} | {:+.1}% | {} | {} |\n",
                 r.batch_size,
                 r.image_px,
                 r.precision,
                 r.checkpointing,
-                human_bytes(r.predicted_bytes),
-                human_bytes(r.measured_reserved_bytes),
+                human_bytes(r.predicted_in_use_bytes),
                 human_bytes(r.measured_in_use_bytes),
-                r.error_percent
+                r.error_percent,
+                human_bytes(r.predicted_bytes),
+                human_bytes(r.measured_reserved_bytes)
             )),
         }
     }

@@ -501,3 +501,120 @@ fn fuzz_image_loading_never_panics() {
     }
     assert!(decoded > 100, "the mutations should leave many images decodable ({decoded})");
 }
+
+// ---------------------------------------------------------------- the desktop app (egui_kittest)
+
+/// A file dropped on the window in the tests (the windowing layer's own type is private).
+#[derive(Debug)]
+struct TestDrop(PathBuf);
+
+impl egui::DroppedFile for TestDrop {
+    fn path(&self) -> &Path {
+        &self.0
+    }
+    fn bytes(&self) -> Result<Vec<u8>, String> {
+        std::fs::read(&self.0).map_err(|e| e.to_string())
+    }
+}
+
+fn snapshot(harness: &mut egui_kittest::Harness<'_, vramfit::gui::VramfitApp>, name: &str) {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/snapshots");
+    std::fs::create_dir_all(&dir).unwrap();
+    let img = harness.render().expect("rendering through wgpu (lavapipe in CI)");
+    img.save(dir.join(format!("{name}.png"))).unwrap();
+}
+
+fn step_until(harness: &mut egui_kittest::Harness<'_, vramfit::gui::VramfitApp>, what: &str, done: impl Fn(&vramfit::gui::VramfitApp) -> bool) {
+    let start = std::time::Instant::now();
+    while !done(harness.state()) {
+        assert!(start.elapsed().as_secs() < 600, "timed out waiting for {what}; status {}", harness.state().status);
+        harness.step();
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    harness.step();
+}
+
+#[test]
+fn gui_tiers_estimate_train_stop_resume_export_and_drop_prediction() {
+    use egui_kittest::kittest::Queryable;
+    use vramfit::gui::{Settings, View, VramfitApp};
+    let dir = tempfile::tempdir().unwrap();
+    let mut app = VramfitApp::new(Settings::default());
+    app.runs_dir = dir.path().join("runs");
+    app.settings.config.train.memory_sample_every = 1;
+    let mut harness = egui_kittest::Harness::builder()
+        .with_size([1280.0, 820.0])
+        .wgpu()
+        .build_ui_state(|ui, app: &mut VramfitApp| app.ui(ui), app);
+    harness.step();
+    // A tier preset changes the sliders and the estimate.
+    let quick = harness.state().estimate_text();
+    harness.get_by_label(&quick);
+    harness.state_mut().select_preset("8gb");
+    harness.step();
+    assert_eq!(harness.state().settings.config.train.batch_size, 16);
+    assert_eq!(harness.state().settings.config.data.preprocess.crop_size, 224);
+    let tier = harness.state().estimate_text();
+    assert_ne!(tier, quick);
+    harness.get_by_label(&tier);
+    snapshot(&mut harness, "setup-8gb");
+    // Moving the batch size changes the estimate.
+    harness.state_mut().settings.config.train.batch_size = 64;
+    harness.step();
+    let bigger = harness.state().estimate_text();
+    assert_ne!(bigger, tier);
+    harness.get_by_label(&bigger);
+    // Train on the bundled data: the loss and memory plots get points.
+    harness.state_mut().select_preset("quickstart");
+    harness.state_mut().settings.config.train.memory_sample_every = 1;
+    harness.step();
+    harness.get_by_label("Train").click();
+    step_until(&mut harness, "two training steps", |a| a.history.last_step >= 2);
+    harness.get_by_label("Stop").click();
+    step_until(&mut harness, "the stop", |a| !a.training());
+    let stopped_at = harness.state().history.last_step;
+    assert!(harness.state().status.contains("stopped"), "{}", harness.state().status);
+    assert_eq!(harness.state().history.loss.len(), stopped_at);
+    assert!(!harness.state().history.in_use_mib.is_empty(), "memory samples plotted");
+    snapshot(&mut harness, "training");
+    // Resume continues the step count.
+    harness.state_mut().max_steps = Some(2);
+    harness.get_by_label("Resume").click();
+    step_until(&mut harness, "the resumed run", |a| !a.training() && a.history.last_step > stopped_at);
+    let h = &harness.state().history;
+    assert_eq!(h.loss[stopped_at][0] as usize, stopped_at + 1, "resume continues at the next step");
+    assert_eq!(h.last_step, stopped_at + 2);
+    // Export, then drop images on the window.
+    let export = dir.path().join("export");
+    harness.state().export_to(&export).unwrap();
+    harness.state_mut().predict.model_path = Some(export);
+    harness.input_mut().dropped_files.push(std::sync::Arc::new(TestDrop(cases().join("C07/ok_baseline.jpg"))));
+    harness.step();
+    harness.step();
+    assert_eq!(harness.state().view, View::Predict);
+    let top = harness.state().predict.predictions[0].result.as_ref().unwrap().clone();
+    assert_eq!(top.len(), 5);
+    assert!(top.windows(2).all(|w| w[0].probability >= w[1].probability));
+    harness.get_by_label("ok_baseline.jpg");
+    harness.input_mut().dropped_files.push(std::sync::Arc::new(TestDrop(cases().join("C08/text_renamed.jpg"))));
+    harness.step();
+    harness.step();
+    assert!(harness.state().predict.predictions[0].result.is_err());
+    harness.get_by_label_contains("not an image");
+    snapshot(&mut harness, "predict");
+}
+
+#[test]
+fn memory_predictions_hold_within_25_percent_on_the_adapter() {
+    let device = gpu();
+    let grid = vramfit::bench::MemoryGrid::named("tiny").unwrap();
+    let rows = vramfit::bench::bench_memory(&quickstart(), &device, &grid, 1, &mut |_l| {}).unwrap();
+    assert_eq!(rows.len(), 2);
+    for r in &rows {
+        assert!(r.skipped.is_none(), "{r:?}");
+        assert!(r.measured_in_use_bytes > 0);
+        assert!(r.error_percent.abs() <= 25.0, "{r:?}");
+    }
+    // Checkpointing keeps less.
+    assert!(rows[1].measured_in_use_bytes < rows[0].measured_in_use_bytes);
+}

@@ -25,8 +25,9 @@ pub const PRESETS: [(&str, &str); 6] = [
 #[derive(Parser, Debug)]
 #[command(name = "vramfit", version, about = "Train small image classifiers on any GPU with memory you can predict before you press Train")]
 struct Cli {
+    /// Without a command the desktop app opens.
     #[command(subcommand)]
-    command: Command,
+    command: Option<Command>,
 }
 
 #[derive(Subcommand, Debug)]
@@ -236,7 +237,16 @@ pub fn default_run_dir() -> PathBuf {
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
     let _ = tracing_subscriber::fmt().with_env_filter(tracing_subscriber::EnvFilter::from_default_env()).with_writer(std::io::stderr).try_init();
-    let result = match cli.command {
+    let Some(command) = cli.command else {
+        return match crate::gui::run() {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("error: {e}");
+                ExitCode::FAILURE
+            }
+        };
+    };
+    let result = match command {
         Command::Train(a) => commands::train(a),
         Command::Eval(a) => commands::eval(a),
         Command::Predict(a) => commands::predict(a),

@@ -1,0 +1,105 @@
+//! What the plots show: the events of the current run, kept as plot-ready series.
+
+use crate::events::Event;
+
+/// Series of one training run (x = global step unless noted).
+#[derive(Clone, Debug, Default)]
+pub struct RunHistory {
+    /// Training loss per step.
+    pub loss: Vec<[f64; 2]>,
+    /// Training accuracy per step (0..1).
+    pub train_accuracy: Vec<[f64; 2]>,
+    /// Validation loss per epoch end (x = step of the epoch end).
+    pub val_loss: Vec<[f64; 2]>,
+    /// Validation accuracy per epoch end (0..1).
+    pub val_accuracy: Vec<[f64; 2]>,
+    /// Learning rate per step.
+    pub lr: Vec<[f64; 2]>,
+    /// Images per second per step.
+    pub images_per_sec: Vec<[f64; 2]>,
+    /// bytes_in_use samples, MiB.
+    pub in_use_mib: Vec<[f64; 2]>,
+    /// bytes_reserved samples, MiB.
+    pub reserved_mib: Vec<[f64; 2]>,
+    /// Running peak of bytes_in_use, MiB.
+    pub peak_mib: Vec<[f64; 2]>,
+    /// Predicted peak, MiB.
+    pub predicted_mib: Option<f64>,
+    /// Last step seen.
+    pub last_step: usize,
+    /// Last epoch seen (0-based).
+    pub epoch: usize,
+    /// Warnings and notes, newest last.
+    pub log: Vec<String>,
+}
+
+const MIB: f64 = 1024.0 * 1024.0;
+
+impl RunHistory {
+    /// Adds one engine event.
+    pub fn push(&mut self, event: &Event) {
+        match event {
+            Event::Started { predicted_peak_bytes, start_epoch, .. } => {
+                self.predicted_mib = Some(*predicted_peak_bytes as f64 / MIB);
+                self.epoch = *start_epoch;
+            }
+            Event::Step { step, epoch, loss, accuracy, lr, images_per_sec } => {
+                let x = *step as f64;
+                self.loss.push([x, *loss as f64]);
+                self.train_accuracy.push([x, *accuracy as f64]);
+                self.lr.push([x, *lr]);
+                self.images_per_sec.push([x, *images_per_sec]);
+                self.last_step = *step;
+                self.epoch = *epoch;
+            }
+            Event::Memory { step, bytes_in_use, bytes_reserved, peak_bytes_in_use } => {
+                let x = *step as f64;
+                self.in_use_mib.push([x, *bytes_in_use as f64 / MIB]);
+                self.reserved_mib.push([x, *bytes_reserved as f64 / MIB]);
+                self.peak_mib.push([x, *peak_bytes_in_use as f64 / MIB]);
+            }
+            Event::EpochEnd { epoch, val_loss, val_accuracy, train_loss, train_accuracy, secs, .. } => {
+                let x = self.last_step as f64;
+                self.val_loss.push([x, *val_loss as f64]);
+                self.val_accuracy.push([x, *val_accuracy as f64]);
+                self.log.push(format!(
+                    "epoch {}: train loss {train_loss:.3} acc {:.1}%, val loss {val_loss:.3} acc {:.1}% ({secs:.0} s)",
+                    epoch + 1,
+                    train_accuracy * 100.0,
+                    val_accuracy * 100.0
+                ));
+            }
+            Event::Checkpoint { path } => self.log.push(format!("checkpoint {}", path.display())),
+            Event::Warning(w) => self.log.push(format!("warning: {w}")),
+            Event::Info(s) => self.log.push(s.clone()),
+            Event::BatchAdapted { batch_size, grad_accum_steps, reason } => {
+                self.log.push(format!("memory: micro-batch {batch_size} x {grad_accum_steps} ({reason})"))
+            }
+        }
+    }
+
+    /// Exponential moving average of the loss (weight 0.9), for the smoothed curve.
+    pub fn smoothed_loss(&self) -> Vec<[f64; 2]> {
+        let mut avg = None;
+        self.loss
+            .iter()
+            .map(|[x, y]| {
+                let a = avg.map_or(*y, |a: f64| 0.9 * a + 0.1 * y);
+                avg = Some(a);
+                [*x, a]
+            })
+            .collect()
+    }
+
+    /// The metrics as CSV (step, loss, accuracy, lr, images_per_sec).
+    pub fn to_csv(&self) -> String {
+        let mut s = String::from("step,loss,accuracy,lr,images_per_sec\n");
+        for i in 0..self.loss.len() {
+            s.push_str(&format!(
+                "{},{},{},{},{}\n",
+                self.loss[i][0], self.loss[i][1], self.train_accuracy[i][1], self.lr[i][1], self.images_per_sec[i][1]
+            ));
+        }
+        s
+    }
+}

@@ -1,0 +1,644 @@
+//! The desktop app: setup with a live memory estimate, Train / Stop / Resume, live plots,
+//! evaluation, drag-and-drop prediction and export. A thin client of the engine: it edits a
+//! [`Config`], starts [`worker::TrainingJob`]s and draws the [`crate::events::Event`]s they send.
+
+mod history;
+mod predict;
+mod worker;
+
+use std::path::PathBuf;
+
+use eframe::egui;
+use egui_plot::{HLine, Legend, Line, Plot, PlotPoints};
+use serde::{Deserialize, Serialize};
+
+use crate::config::{Config, Precision};
+use crate::dataset::{self, ScanOptions, Splits};
+use crate::device::{self, AdapterInfo, CpuBackend, DeviceChoice};
+use crate::memory::{self, Plan, human_bytes};
+use crate::preprocess::PreprocessMode;
+pub use history::RunHistory;
+pub use predict::PredictView;
+use worker::{JobEnd, TrainingJob};
+
+/// Settings kept between launches (eframe persistence).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Settings {
+    /// Preset the sliders started from, or "custom" once edited.
+    pub preset: String,
+    /// The configuration the sliders edit.
+    pub config: Config,
+    /// Dataset folder; `None` = the bundled subset.
+    pub data_dir: Option<PathBuf>,
+    /// Adapter index, or `None` for CPU.
+    pub adapter: Option<usize>,
+    /// CPU backend when `adapter` is `None`.
+    pub cpu_backend: CpuBackend,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        let config = crate::cli::load_config("quickstart").unwrap_or_default();
+        Self { preset: "quickstart".into(), config, data_dir: None, adapter: Some(0), cpu_backend: CpuBackend::DEFAULT }
+    }
+}
+
+/// Which view the central panel shows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum View {
+    /// Live plots.
+    Training,
+    /// Per-class accuracy and confusion matrix.
+    Evaluation,
+    /// Drag-and-drop prediction.
+    Predict,
+}
+
+/// The application state (built by tests too).
+pub struct VramfitApp {
+    /// Persisted settings.
+    pub settings: Settings,
+    /// GPU adapters found at start.
+    pub adapters: Vec<AdapterInfo>,
+    /// The data of `settings.data_dir`, or why it cannot be used.
+    pub data: Result<Splits, String>,
+    data_for: Option<Option<PathBuf>>,
+    /// Memory plan of the current settings.
+    pub plan: Plan,
+    plan_for: Option<Config>,
+    job: Option<TrainingJob>,
+    /// Plots of the current run.
+    pub history: RunHistory,
+    /// The last run folder (for Resume, evaluation, prediction and export).
+    pub last_run: Option<PathBuf>,
+    /// Last error, shown in red with its fix.
+    pub error: Option<String>,
+    /// Status line.
+    pub status: String,
+    /// The central view.
+    pub view: View,
+    /// Prediction state.
+    pub predict: PredictView,
+    /// Last evaluation (after each epoch).
+    pub evaluation: Option<crate::eval::EvalResult>,
+    /// Stop each run after this many steps (tests).
+    pub max_steps: Option<usize>,
+    /// Where runs are written.
+    pub runs_dir: PathBuf,
+}
+
+impl VramfitApp {
+    /// A new app with `settings`; lists adapters and opens the dataset.
+    pub fn new(settings: Settings) -> Self {
+        let adapters = device::list_adapters();
+        let plan = memory::plan(&settings.config, 10);
+        let mut app = Self {
+            settings,
+            adapters,
+            data: Err("not loaded".into()),
+            data_for: None,
+            plan,
+            plan_for: None,
+            job: None,
+            history: RunHistory::default(),
+            last_run: None,
+            error: None,
+            status: "ready".into(),
+            view: View::Training,
+            predict: PredictView::default(),
+            evaluation: None,
+            max_steps: None,
+            runs_dir: PathBuf::from("runs"),
+        };
+        app.refresh();
+        app
+    }
+
+    /// The device the settings select (CPU when the adapter is gone).
+    pub fn device_choice(&self) -> DeviceChoice {
+        match self.settings.adapter {
+            Some(i) if i < self.adapters.len() => DeviceChoice::Gpu(Some(i)),
+            _ => DeviceChoice::Cpu(self.settings.cpu_backend),
+        }
+    }
+
+    /// Whether the selected device computes in f16.
+    pub fn f16_available(&self) -> bool {
+        match self.device_choice() {
+            DeviceChoice::Gpu(Some(i)) => self.adapters[i].shader_f16,
+            _ => false,
+        }
+    }
+
+    /// Applies a preset to the sliders.
+    pub fn select_preset(&mut self, name: &str) {
+        match crate::cli::load_config(name) {
+            Ok(c) => {
+                self.settings.config = c;
+                self.settings.preset = name.into();
+                self.refresh();
+            }
+            Err(e) => self.error = Some(e.to_string()),
+        }
+    }
+
+    /// Recomputes what depends on the settings (dataset scan, memory plan) when they changed.
+    pub fn refresh(&mut self) {
+        if self.data_for.as_ref() != Some(&self.settings.data_dir) {
+            let path = self.settings.data_dir.clone().unwrap_or_else(dataset::bundled_dataset_dir);
+            let c = &self.settings.config;
+            let opts = ScanOptions { val_fraction: c.data.val_fraction, seed: c.seed, allow_empty_classes: c.data.allow_empty_classes };
+            self.data = dataset::open(&path, &opts).map_err(|e| e.to_string());
+            self.data_for = Some(self.settings.data_dir.clone());
+        }
+        if self.plan_for.as_ref() != Some(&self.settings.config) {
+            let classes = self.data.as_ref().map_or(10, |d| d.train.class_names.len());
+            self.plan = memory::plan(&self.settings.config, classes);
+            self.plan_for = Some(self.settings.config.clone());
+        }
+    }
+
+    /// The estimate line shown beside the sliders.
+    pub fn estimate_text(&self) -> String {
+        format!(
+            "predicted peak {} of {}: {}",
+            human_bytes(self.plan.estimate.total),
+            human_bytes(self.plan.budget_bytes),
+            self.plan.verdict()
+        )
+    }
+
+    /// Whether a run is in progress.
+    pub fn training(&self) -> bool {
+        self.job.is_some()
+    }
+
+    /// Starts training (or resumes the last run).
+    pub fn start_training(&mut self, ctx: &egui::Context, resume: bool) {
+        if self.job.is_some() {
+            return;
+        }
+        let splits = match &self.data {
+            Ok(s) => s.clone(),
+            Err(e) => {
+                self.error = Some(format!("{e} (pick another dataset folder)"));
+                return;
+            }
+        };
+        let device = match device::select(self.device_choice()) {
+            Ok(d) => d,
+            Err(e) => {
+                self.error = Some(e.to_string());
+                return;
+            }
+        };
+        let (out, config) = if resume {
+            let Some(run) = self.last_run.clone() else {
+                self.error = Some("nothing to resume: train first".into());
+                return;
+            };
+            match Config::load(&run.join("config.toml")) {
+                Ok(c) => (run, c),
+                Err(e) => {
+                    self.error = Some(e.to_string());
+                    return;
+                }
+            }
+        } else {
+            self.history = RunHistory::default();
+            let name = crate::cli::default_run_dir();
+            (self.runs_dir.join(name.file_name().unwrap_or_default()), self.settings.config.clone())
+        };
+        let ctx = ctx.clone();
+        match TrainingJob::start(config, splits, device, out.clone(), resume, self.max_steps.map(|m| m + self.history.last_step * usize::from(resume)), move || ctx.request_repaint()) {
+            Ok(job) => {
+                self.job = Some(job);
+                self.last_run = Some(out);
+                self.error = None;
+                self.status = if resume { "resuming".into() } else { "training".into() };
+            }
+            Err(e) => self.error = Some(format!("cannot start the engine thread: {e}")),
+        }
+    }
+
+    /// Asks the running job to stop (it saves a checkpoint).
+    pub fn stop_training(&mut self) {
+        if let Some(job) = &self.job {
+            job.stop();
+            self.status = "stopping after this step".into();
+        }
+    }
+
+    /// Moves engine events into the history; finishes the job when its thread ended.
+    pub fn poll(&mut self) {
+        let Some(job) = &mut self.job else { return };
+        for e in job.drain() {
+            self.history.push(&e);
+        }
+        if let Some(end) = job.try_finish() {
+            for e in job.drain() {
+                self.history.push(&e);
+            }
+            match end {
+                JobEnd::Done(summary) => {
+                    self.status = match (&summary.val, summary.stopped) {
+                        (_, true) => format!("stopped at step {}; press Resume to continue", summary.global_step),
+                        (Some(v), false) => format!("done: validation accuracy {:.1}% after {} epochs", v.top1 * 100.0, summary.epochs_completed),
+                        (None, false) => "done".into(),
+                    };
+                    if summary.val.is_some() {
+                        self.evaluation = summary.val.clone();
+                    }
+                    if let Some(dir) = &summary.export_dir {
+                        self.predict.model_path = Some(dir.clone());
+                    }
+                }
+                JobEnd::Failed(msg) => {
+                    self.status = "failed".into();
+                    self.error = Some(msg);
+                }
+            }
+            self.job = None;
+        }
+    }
+
+    /// Writes the last run's latest checkpoint as .bpk + .safetensors + model.json into `dir`.
+    ///
+    /// # Errors
+    /// A message when there is no run or the files cannot be written.
+    pub fn export_to(&self, dir: &std::path::Path) -> Result<Vec<PathBuf>, String> {
+        let run = self.last_run.as_ref().ok_or("train a model first")?;
+        let config = Config::load(&run.join("config.toml")).map_err(|e| e.to_string())?;
+        let (ckpt, state) = crate::checkpoint::latest(run).map_err(|e| e.to_string())?;
+        let device = burn::tensor::Device::flex();
+        let mut model = crate::model::Classifier::new(&config.model, state.class_names.len(), &device);
+        let path = ckpt.join("model.bpk");
+        let bytes = std::fs::read(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+        crate::checkpoint::load_model_bytes(&mut model, bytes, &path).map_err(|e| e.to_string())?;
+        let info = crate::export::TrainingInfo { epochs: state.epoch, steps: state.global_step, val_accuracy: Some(state.best_val_accuracy), device: String::new() };
+        crate::export::export(&model, &config, &state.class_names, &info, dir).map_err(|e| e.to_string())
+    }
+
+    /// Draws one frame (the whole window).
+    pub fn ui(&mut self, ui: &mut egui::Ui) {
+        self.poll();
+        self.refresh();
+        let dropped: Vec<egui::DroppedFileHandle> = ui.ctx().input(|i| i.raw.dropped_files.clone());
+        if !dropped.is_empty() {
+            self.handle_drop(dropped);
+        }
+        egui::Panel::left("setup").resizable(true).default_size(330.0).show(ui, |ui| {
+            egui::ScrollArea::vertical().show(ui, |ui| self.setup_ui(ui));
+        });
+        egui::Panel::bottom("status").show(ui, |ui| self.status_ui(ui));
+        egui::CentralPanel::default_margins().show(ui, |ui| {
+            ui.horizontal(|ui| {
+                ui.selectable_value(&mut self.view, View::Training, "Training");
+                ui.selectable_value(&mut self.view, View::Evaluation, "Evaluation");
+                ui.selectable_value(&mut self.view, View::Predict, "Predict");
+            });
+            ui.separator();
+            match self.view {
+                View::Training => self.plots_ui(ui),
+                View::Evaluation => self.evaluation_ui(ui),
+                View::Predict => {
+                    let device = self.device_choice();
+                    self.predict.ui(ui, device, self.last_run.as_deref());
+                }
+            }
+        });
+        if self.training() {
+            ui.ctx().request_repaint_after(std::time::Duration::from_millis(250));
+        }
+    }
+
+    fn handle_drop(&mut self, files: Vec<egui::DroppedFileHandle>) {
+        let paths: Vec<PathBuf> = files.iter().map(|f| f.path().to_path_buf()).collect();
+        let Some(first) = paths.first() else { return };
+        let is_dataset = first.is_dir() || crate::idx::find_split(first.parent().unwrap_or(first), "train").is_some() && !dataset::has_image_extension(first);
+        if is_dataset && paths.len() == 1 {
+            self.settings.data_dir = Some(if first.is_dir() { first.clone() } else { first.parent().unwrap_or(first).to_path_buf() });
+            self.refresh();
+        } else {
+            self.view = View::Predict;
+            self.predict.add_files(paths, self.device_choice(), self.last_run.as_deref());
+        }
+    }
+
+    fn setup_ui(&mut self, ui: &mut egui::Ui) {
+        let busy = self.training();
+        ui.heading("Setup");
+        ui.add_enabled_ui(!busy, |ui| {
+            let label = |a: &AdapterInfo| format!("{} ({} {})", a.name, a.backend, a.device_type);
+            let selected = match self.settings.adapter {
+                Some(i) if i < self.adapters.len() => label(&self.adapters[i]),
+                _ => format!("CPU ({:?})", self.settings.cpu_backend).to_lowercase(),
+            };
+            egui::ComboBox::from_label("device").selected_text(selected).show_ui(ui, |ui| {
+                for a in &self.adapters {
+                    ui.selectable_value(&mut self.settings.adapter, Some(a.index), label(a));
+                }
+                ui.selectable_value(&mut self.settings.adapter, None, "CPU");
+            });
+            if self.settings.adapter.is_none() {
+                ui.horizontal(|ui| {
+                    ui.radio_value(&mut self.settings.cpu_backend, CpuBackend::Flex, "flex");
+                    ui.radio_value(&mut self.settings.cpu_backend, CpuBackend::Ndarray, "ndarray");
+                });
+            }
+            ui.separator();
+            ui.label("Dataset");
+            ui.horizontal(|ui| {
+                let shown = self.settings.data_dir.as_ref().map_or("bundled Fashion-MNIST subset".into(), |p| p.display().to_string());
+                ui.label(shown);
+            });
+            ui.horizontal(|ui| {
+                if ui.button("Choose folder…").clicked() {
+                    if let Some(dir) = rfd::FileDialog::new().pick_folder() {
+                        self.settings.data_dir = Some(dir);
+                    }
+                }
+                if ui.button("Bundled").clicked() {
+                    self.settings.data_dir = None;
+                }
+            });
+            match &self.data {
+                Ok(d) => {
+                    let counts = d.train.class_counts();
+                    ui.label(format!("{} classes, {} train / {} validation images", d.train.class_names.len(), d.train.samples.len(), d.val.samples.len()));
+                    egui::CollapsingHeader::new("classes").show(ui, |ui| {
+                        for (name, n) in d.train.class_names.iter().zip(counts) {
+                            ui.label(format!("{name}: {n}"));
+                        }
+                    });
+                    if !d.report.ignored.is_empty() {
+                        ui.label(format!("{} junk/non-image files ignored", d.report.ignored.len()));
+                    }
+                }
+                Err(e) => {
+                    ui.colored_label(egui::Color32::RED, e);
+                }
+            }
+            ui.separator();
+            ui.horizontal(|ui| {
+                ui.label("Preset");
+                let mut chosen = None;
+                egui::ComboBox::from_id_salt("preset").selected_text(self.settings.preset.clone()).show_ui(ui, |ui| {
+                    for (name, _) in crate::cli::PRESETS {
+                        if ui.selectable_label(self.settings.preset == name, name).clicked() {
+                            chosen = Some(name);
+                        }
+                    }
+                });
+                if let Some(name) = chosen {
+                    self.select_preset(name);
+                }
+            });
+            let f16_ok = self.f16_available();
+            let before = self.settings.config.clone();
+            knobs_ui(ui, &mut self.settings.config, f16_ok);
+            if self.settings.config != before {
+                self.settings.preset = "custom".into();
+            }
+        });
+        ui.separator();
+        self.estimate_ui(ui);
+        ui.separator();
+        ui.horizontal(|ui| {
+            if ui.add_enabled(!busy, egui::Button::new("Train")).clicked() {
+                let ctx = ui.ctx().clone();
+                self.start_training(&ctx, false);
+            }
+            if ui.add_enabled(busy, egui::Button::new("Stop")).clicked() {
+                self.stop_training();
+            }
+            if ui.add_enabled(!busy && self.last_run.is_some(), egui::Button::new("Resume")).clicked() {
+                let ctx = ui.ctx().clone();
+                self.start_training(&ctx, true);
+            }
+            if ui.add_enabled(!busy && self.last_run.is_some(), egui::Button::new("Export…")).clicked() {
+                if let Some(dir) = rfd::FileDialog::new().pick_folder() {
+                    match self.export_to(&dir) {
+                        Ok(files) => self.status = format!("exported {} files to {}", files.len(), dir.display()),
+                        Err(e) => self.error = Some(e),
+                    }
+                }
+            }
+        });
+    }
+
+    fn estimate_ui(&self, ui: &mut egui::Ui) {
+        ui.label("Memory estimate");
+        let fraction = self.plan.estimate.total as f32 / self.plan.budget_bytes.max(1) as f32;
+        let color = if self.plan.fits { egui::Color32::from_rgb(60, 160, 90) } else { egui::Color32::from_rgb(200, 60, 60) };
+        ui.add(egui::ProgressBar::new(fraction.min(1.0)).fill(color).text(format!("{:.0}% of budget", fraction * 100.0)));
+        ui.label(self.estimate_text());
+        let e = &self.plan.estimate;
+        ui.small(format!(
+            "weights+grads+AdamW {} · activations {} · input {} · workspace {} · allocator {}",
+            human_bytes(e.parameters + e.gradients + e.optimizer_state + e.weight_casts),
+            human_bytes(e.activations()),
+            human_bytes(e.input_batch),
+            human_bytes(e.workspace),
+            human_bytes(e.allocator_overhead)
+        ));
+        if !self.plan.fits && self.plan.max_batch_size > 0 {
+            ui.small(format!("largest batch that fits: {} (with accumulation {})", self.plan.max_batch_size, self.plan.grad_accum_for_max));
+        }
+    }
+
+    fn status_ui(&mut self, ui: &mut egui::Ui) {
+        ui.horizontal(|ui| {
+            ui.label(format!("{} · step {} · epoch {}", self.status, self.history.last_step, self.history.epoch + 1));
+            if let Some(run) = &self.last_run {
+                ui.label(format!("run {}", run.display()));
+            }
+        });
+        if let Some(e) = &self.error {
+            ui.colored_label(egui::Color32::RED, e);
+        }
+        if let Some(last) = self.history.log.last() {
+            ui.small(last);
+        }
+    }
+
+    fn plots_ui(&mut self, ui: &mut egui::Ui) {
+        let h = &self.history;
+        ui.horizontal(|ui| {
+            if ui.button("Save metrics CSV…").clicked() {
+                if let Some(path) = rfd::FileDialog::new().set_file_name("metrics.csv").save_file() {
+                    if let Err(e) = crate::checkpoint::write_atomic(&path, h.to_csv().as_bytes()) {
+                        self.error = Some(e.to_string());
+                    }
+                }
+            }
+            if ui.button("Save plots PNG…").clicked() {
+                if let Some(path) = rfd::FileDialog::new().set_file_name("vramfit-plots.png").save_file() {
+                    let callback = egui::ScreenshotCallback::new(move |image| save_png(&image, &path));
+                    ui.ctx().send_viewport_cmd(egui::ViewportCommand::Screenshot(callback));
+                }
+            }
+        });
+        let height = (ui.available_height() / 2.0 - 24.0).max(120.0);
+        let width = (ui.available_width() / 2.0 - 8.0).max(160.0);
+        let plot = |id: &str| Plot::new(id.to_owned()).legend(Legend::default()).height(height).width(width).x_axis_label("step");
+        let line = |name: &str, pts: &Vec<[f64; 2]>| Line::new(name.to_owned(), PlotPoints::from(pts.clone()));
+        ui.horizontal(|ui| {
+            plot("loss").show(ui, |p| {
+                p.line(line("train loss", &h.loss));
+                p.line(line("smoothed", &h.smoothed_loss()));
+                p.line(line("validation loss", &h.val_loss));
+            });
+            plot("accuracy").show(ui, |p| {
+                p.line(line("train accuracy", &h.train_accuracy));
+                p.line(line("validation accuracy", &h.val_accuracy));
+            });
+        });
+        ui.horizontal(|ui| {
+            plot("memory").y_axis_label("MiB").show(ui, |p| {
+                p.line(line("bytes_in_use", &h.in_use_mib));
+                p.line(line("bytes_reserved", &h.reserved_mib));
+                p.line(line("peak in use", &h.peak_mib));
+                if let Some(pred) = h.predicted_mib {
+                    p.hline(HLine::new("predicted peak", pred));
+                }
+                p.hline(HLine::new("budget", self.plan.budget_bytes as f64 / 1024.0 / 1024.0));
+            });
+            plot("rate").show(ui, |p| {
+                p.line(line("learning rate x1000", &h.lr.iter().map(|[x, y]| [*x, y * 1000.0]).collect()));
+                p.line(line("images/s ÷100", &h.images_per_sec.iter().map(|[x, y]| [*x, y / 100.0]).collect()));
+            });
+        });
+    }
+
+    fn evaluation_ui(&mut self, ui: &mut egui::Ui) {
+        let Some(eval) = &self.evaluation else {
+            ui.label("No evaluation yet: it runs after each epoch.");
+            return;
+        };
+        ui.label(format!("top-1 {:.2}%  top-5 {:.2}%  on {} images", eval.top1 * 100.0, eval.top5 * 100.0, eval.samples));
+        egui::Grid::new("per_class").striped(true).show(ui, |ui| {
+            for (name, acc) in eval.class_names.iter().zip(eval.per_class_accuracy()) {
+                ui.label(name);
+                ui.add(egui::ProgressBar::new(acc).text(format!("{:.1}%", acc * 100.0)).desired_width(160.0));
+                ui.end_row();
+            }
+        });
+        ui.label("Confusion matrix (rows: true class, columns: predicted)");
+        let n = eval.class_names.len();
+        let cell = 22.0;
+        let (rect, _) = ui.allocate_exact_size(egui::vec2(cell * n as f32, cell * n as f32), egui::Sense::hover());
+        let painter = ui.painter_at(rect);
+        for (i, row) in eval.confusion.iter().enumerate() {
+            let total = row.iter().sum::<u64>().max(1) as f32;
+            for (j, v) in row.iter().enumerate() {
+                let t = *v as f32 / total;
+                let color = egui::Color32::from_rgb((255.0 * (1.0 - t)) as u8, (255.0 * (1.0 - t * 0.6)) as u8, 255);
+                let r = egui::Rect::from_min_size(rect.min + egui::vec2(j as f32 * cell, i as f32 * cell), egui::vec2(cell - 1.0, cell - 1.0));
+                painter.rect_filled(r, 0.0, color);
+            }
+        }
+    }
+}
+
+/// Sliders and toggles for every knob a preset sets.
+fn knobs_ui(ui: &mut egui::Ui, c: &mut Config, f16_ok: bool) {
+    egui::Grid::new("knobs").num_columns(2).show(ui, |ui| {
+        ui.label("batch size");
+        ui.add(egui::Slider::new(&mut c.train.batch_size, 1..=256).logarithmic(true));
+        ui.end_row();
+        ui.label("grad accumulation");
+        ui.add(egui::Slider::new(&mut c.train.grad_accum_steps, 1..=64).logarithmic(true));
+        ui.end_row();
+        ui.label("crop size (px)");
+        ui.add(egui::Slider::new(&mut c.data.preprocess.crop_size, 16..=512).step_by(4.0));
+        ui.end_row();
+        ui.label("load size (px)");
+        ui.add(egui::Slider::new(&mut c.data.preprocess.load_size, 16..=640).step_by(4.0));
+        ui.end_row();
+        ui.label("preprocess");
+        egui::ComboBox::from_id_salt("mode").selected_text(c.data.preprocess.mode.name()).show_ui(ui, |ui| {
+            for m in PreprocessMode::ALL {
+                ui.selectable_value(&mut c.data.preprocess.mode, m, m.name());
+            }
+        });
+        ui.end_row();
+        ui.label("epochs");
+        ui.add(egui::Slider::new(&mut c.train.epochs, 1..=200).logarithmic(true));
+        ui.end_row();
+        ui.label("learning rate");
+        ui.add(egui::Slider::new(&mut c.optimizer.lr, 1e-5..=1e-1).logarithmic(true));
+        ui.end_row();
+        ui.label("precision");
+        ui.horizontal(|ui| {
+            ui.radio_value(&mut c.train.precision, Precision::F32, "f32");
+            ui.add_enabled_ui(f16_ok, |ui| {
+                ui.radio_value(&mut c.train.precision, Precision::F16, "f16").on_disabled_hover_text("this device has no shader f16");
+            });
+        });
+        ui.end_row();
+        ui.label("checkpointing");
+        ui.checkbox(&mut c.train.checkpointing, "recompute activations");
+        ui.end_row();
+        ui.label("augmentation");
+        ui.vertical(|ui| {
+            ui.checkbox(&mut c.augment.random_crop, "random crop");
+            ui.checkbox(&mut c.augment.hflip, "horizontal flip");
+            ui.add(egui::Slider::new(&mut c.augment.color_jitter, 0.0..=1.0).text("color jitter"));
+            ui.add(egui::Slider::new(&mut c.augment.random_erasing, 0.0..=1.0).text("random erasing"));
+        });
+        ui.end_row();
+        ui.label("budget (GiB)");
+        let mut gib = c.memory.memory_budget_bytes as f64 / (1u64 << 30) as f64;
+        if ui.add(egui::Slider::new(&mut gib, 0.25..=24.0).step_by(0.25)).changed() {
+            c.memory.memory_budget_bytes = (gib * (1u64 << 30) as f64) as u64;
+        }
+        ui.end_row();
+    });
+    if c.data.preprocess.crop_size > c.data.preprocess.load_size {
+        c.data.preprocess.load_size = c.data.preprocess.crop_size;
+    }
+}
+
+/// Writes a window screenshot as PNG (errors are logged: the user picked the path moments ago).
+fn save_png(image: &egui::ColorImage, path: &std::path::Path) {
+    let [w, h] = image.size;
+    let bytes: Vec<u8> = image.pixels.iter().flat_map(|p| p.to_array()).collect();
+    match image::RgbaImage::from_raw(w as u32, h as u32, bytes).map(|img| img.save(path)) {
+        Some(Ok(())) => {}
+        Some(Err(e)) => tracing::warn!("cannot save {}: {e}", path.display()),
+        None => tracing::warn!("screenshot has an unexpected size"),
+    }
+}
+
+impl eframe::App for VramfitApp {
+    fn ui(&mut self, ui: &mut egui::Ui, _frame: &mut eframe::Frame) {
+        VramfitApp::ui(self, ui);
+    }
+
+    fn save(&mut self, storage: &mut dyn eframe::Storage) {
+        eframe::set_value(storage, eframe::APP_KEY, &self.settings);
+    }
+}
+
+/// Opens the window (`vramfit` with no command).
+///
+/// # Errors
+/// When no window can be created (no display).
+pub fn run() -> anyhow::Result<()> {
+    let adapter_name = device::list_adapters().first().map_or("CPU".to_string(), |a| a.name.clone());
+    let options = eframe::NativeOptions {
+        viewport: egui::ViewportBuilder::default().with_inner_size([1280.0, 820.0]).with_title(format!("vramfit — {adapter_name}")),
+        ..Default::default()
+    };
+    eframe::run_native(
+        "vramfit",
+        options,
+        Box::new(|cc| {
+            let settings = cc.storage.and_then(|s| eframe::get_value::<Settings>(s, eframe::APP_KEY)).unwrap_or_default();
+            Ok(Box::new(VramfitApp::new(settings)))
+        }),
+    )
+    .map_err(|e| anyhow::anyhow!("cannot open the window: {e}; use the command line (vramfit --help) on machines without a display"))
+}
