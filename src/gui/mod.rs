@@ -335,12 +335,19 @@ impl VramfitApp {
                 Some(i) if i < self.adapters.len() => label(&self.adapters[i]),
                 _ => format!("CPU ({:?})", self.settings.cpu_backend).to_lowercase(),
             };
-            egui::ComboBox::from_label("device").selected_text(selected).show_ui(ui, |ui| {
-                for a in &self.adapters {
-                    ui.selectable_value(&mut self.settings.adapter, Some(a.index), label(a));
-                }
-                ui.selectable_value(&mut self.settings.adapter, None, "CPU");
-            });
+            let device_label = ui.label("Device");
+            egui::ComboBox::from_id_salt("device")
+                .selected_text(selected)
+                .width(ui.available_width() - 8.0)
+                .truncate()
+                .show_ui(ui, |ui| {
+                    for a in &self.adapters {
+                        ui.selectable_value(&mut self.settings.adapter, Some(a.index), label(a));
+                    }
+                    ui.selectable_value(&mut self.settings.adapter, None, "CPU");
+                })
+                .response
+                .labelled_by(device_label.id);
             if self.settings.adapter.is_none() {
                 ui.horizontal(|ui| {
                     ui.radio_value(&mut self.settings.cpu_backend, CpuBackend::Flex, "flex");
@@ -382,15 +389,19 @@ impl VramfitApp {
             }
             ui.separator();
             ui.horizontal(|ui| {
-                ui.label("Preset");
+                let label = ui.label("Preset");
                 let mut chosen = None;
-                egui::ComboBox::from_id_salt("preset").selected_text(self.settings.preset.clone()).show_ui(ui, |ui| {
-                    for (name, _) in crate::cli::PRESETS {
-                        if ui.selectable_label(self.settings.preset == name, name).clicked() {
-                            chosen = Some(name);
+                egui::ComboBox::from_id_salt("preset")
+                    .selected_text(self.settings.preset.clone())
+                    .show_ui(ui, |ui| {
+                        for (name, _) in crate::cli::PRESETS {
+                            if ui.selectable_label(self.settings.preset == name, name).clicked() {
+                                chosen = Some(name);
+                            }
                         }
-                    }
-                });
+                    })
+                    .response
+                    .labelled_by(label.id);
                 if let Some(name) = chosen {
                     self.select_preset(name);
                 }
@@ -544,58 +555,43 @@ impl VramfitApp {
 
 /// Sliders and toggles for every knob a preset sets.
 fn knobs_ui(ui: &mut egui::Ui, c: &mut Config, f16_ok: bool) {
-    egui::Grid::new("knobs").num_columns(2).show(ui, |ui| {
-        ui.label("batch size");
-        ui.add(egui::Slider::new(&mut c.train.batch_size, 1..=256).logarithmic(true));
-        ui.end_row();
-        ui.label("grad accumulation");
-        ui.add(egui::Slider::new(&mut c.train.grad_accum_steps, 1..=64).logarithmic(true));
-        ui.end_row();
-        ui.label("crop size (px)");
-        ui.add(egui::Slider::new(&mut c.data.preprocess.crop_size, 16..=512).step_by(4.0));
-        ui.end_row();
-        ui.label("load size (px)");
-        ui.add(egui::Slider::new(&mut c.data.preprocess.load_size, 16..=640).step_by(4.0));
-        ui.end_row();
-        ui.label("preprocess");
-        egui::ComboBox::from_id_salt("mode").selected_text(c.data.preprocess.mode.name()).show_ui(ui, |ui| {
-            for m in PreprocessMode::ALL {
-                ui.selectable_value(&mut c.data.preprocess.mode, m, m.name());
-            }
-        });
-        ui.end_row();
-        ui.label("epochs");
-        ui.add(egui::Slider::new(&mut c.train.epochs, 1..=200).logarithmic(true));
-        ui.end_row();
-        ui.label("learning rate");
-        ui.add(egui::Slider::new(&mut c.optimizer.lr, 1e-5..=1e-1).logarithmic(true));
-        ui.end_row();
-        ui.label("precision");
-        ui.horizontal(|ui| {
-            ui.radio_value(&mut c.train.precision, Precision::F32, "f32");
-            ui.add_enabled_ui(f16_ok, |ui| {
-                ui.radio_value(&mut c.train.precision, Precision::F16, "f16").on_disabled_hover_text("this device has no shader f16");
-            });
-        });
-        ui.end_row();
-        ui.label("checkpointing");
-        ui.checkbox(&mut c.train.checkpointing, "recompute activations");
-        ui.end_row();
-        ui.label("augmentation");
-        ui.vertical(|ui| {
-            ui.checkbox(&mut c.augment.random_crop, "random crop");
-            ui.checkbox(&mut c.augment.hflip, "horizontal flip");
-            ui.add(egui::Slider::new(&mut c.augment.color_jitter, 0.0..=1.0).text("color jitter"));
-            ui.add(egui::Slider::new(&mut c.augment.random_erasing, 0.0..=1.0).text("random erasing"));
-        });
-        ui.end_row();
-        ui.label("budget (GiB)");
-        let mut gib = c.memory.memory_budget_bytes as f64 / (1u64 << 30) as f64;
-        if ui.add(egui::Slider::new(&mut gib, 0.25..=24.0).step_by(0.25)).changed() {
-            c.memory.memory_budget_bytes = (gib * (1u64 << 30) as f64) as u64;
-        }
-        ui.end_row();
+    ui.add(egui::Slider::new(&mut c.train.batch_size, 1..=256).logarithmic(true).text("batch size"));
+    ui.add(egui::Slider::new(&mut c.train.grad_accum_steps, 1..=64).logarithmic(true).text("grad accumulation"));
+    ui.add(egui::Slider::new(&mut c.data.preprocess.crop_size, 16..=512).step_by(4.0).text("crop size (px)"));
+    ui.add(egui::Slider::new(&mut c.data.preprocess.load_size, 16..=640).step_by(4.0).text("load size (px)"));
+    ui.horizontal(|ui| {
+        let label = ui.label("preprocess");
+        egui::ComboBox::from_id_salt("mode")
+            .selected_text(c.data.preprocess.mode.name())
+            .show_ui(ui, |ui| {
+                for m in PreprocessMode::ALL {
+                    ui.selectable_value(&mut c.data.preprocess.mode, m, m.name());
+                }
+            })
+            .response
+            .labelled_by(label.id);
     });
+    ui.add(egui::Slider::new(&mut c.train.epochs, 1..=200).logarithmic(true).text("epochs"));
+    ui.add(egui::Slider::new(&mut c.optimizer.lr, 1e-5..=1e-1).logarithmic(true).text("learning rate"));
+    ui.horizontal(|ui| {
+        ui.label("precision");
+        ui.radio_value(&mut c.train.precision, Precision::F32, "f32");
+        ui.add_enabled_ui(f16_ok, |ui| {
+            ui.radio_value(&mut c.train.precision, Precision::F16, "f16").on_disabled_hover_text("this device has no shader f16");
+        });
+    });
+    if !f16_ok && c.train.precision == Precision::F16 {
+        ui.small("f16 is not available on this device: training will run in f32");
+    }
+    ui.checkbox(&mut c.train.checkpointing, "activation checkpointing");
+    ui.checkbox(&mut c.augment.random_crop, "random crop");
+    ui.checkbox(&mut c.augment.hflip, "horizontal flip");
+    ui.add(egui::Slider::new(&mut c.augment.color_jitter, 0.0..=1.0).text("color jitter"));
+    ui.add(egui::Slider::new(&mut c.augment.random_erasing, 0.0..=1.0).text("random erasing"));
+    let mut gib = c.memory.memory_budget_bytes as f64 / (1u64 << 30) as f64;
+    if ui.add(egui::Slider::new(&mut gib, 0.25..=24.0).step_by(0.25).text("budget (GiB)")).changed() {
+        c.memory.memory_budget_bytes = (gib * (1u64 << 30) as f64) as u64;
+    }
     if c.data.preprocess.crop_size > c.data.preprocess.load_size {
         c.data.preprocess.load_size = c.data.preprocess.crop_size;
     }
