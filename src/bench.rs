@@ -45,9 +45,8 @@ fn devices_for(backends: &[String], adapter: Option<usize>) -> Vec<Result<Select
     backends
         .iter()
         .map(|b| match b.as_str() {
-            "gpu" => device::select(DeviceChoice::Gpu(adapter)).and_then(|d| {
-                if d.is_gpu() { Ok(d) } else { Err(crate::Error::Device("no GPU adapter".into())) }
-            }),
+            "gpu" => device::select(DeviceChoice::Gpu(adapter))
+                .and_then(|d| if d.is_gpu() { Ok(d) } else { Err(crate::Error::Device("no GPU adapter".into())) }),
             "ndarray" => device::select(DeviceChoice::Cpu(CpuBackend::Ndarray)),
             _ => device::select(DeviceChoice::Cpu(CpuBackend::Flex)),
         })
@@ -94,7 +93,14 @@ pub fn latency_224_ms(device: &SelectedDevice, repeats: usize) -> Result<f64> {
 ///
 /// # Errors
 /// Only for unusable configs; device failures become rows with `error` set.
-pub fn bench_train(configs: &[Config], backends: &[String], adapter: Option<usize>, warmup: usize, steps: usize, log: &mut dyn FnMut(String)) -> Result<Vec<TrainBenchRow>> {
+pub fn bench_train(
+    configs: &[Config],
+    backends: &[String],
+    adapter: Option<usize>,
+    warmup: usize,
+    steps: usize,
+    log: &mut dyn FnMut(String),
+) -> Result<Vec<TrainBenchRow>> {
     let mut rows = Vec::new();
     for d in devices_for(backends, adapter) {
         let device = match d {
@@ -141,10 +147,15 @@ pub fn bench_train(configs: &[Config], backends: &[String], adapter: Option<usiz
 
 /// `bench train` rows as a Markdown table.
 pub fn train_table(rows: &[TrainBenchRow]) -> String {
-    let mut s = String::from("| config | backend | batch | px | precision | train img/s | infer img/s | train GFLOP/s | peak in use | 1-image 224 px latency |\n|---|---|---|---|---|---|---|---|---|---|\n");
+    let mut s = String::from(
+        "| config | backend | batch | px | precision | train img/s | infer img/s | train GFLOP/s | peak in use | 1-image 224 px latency |\n|---|---|---|---|---|---|---|---|---|---|\n",
+    );
     for r in rows {
         if let Some(e) = &r.error {
-            s.push_str(&format!("| {} | {} | {} | {} | {} | failed: {e} | | | | |\n", r.config, r.backend, r.batch_size, r.image_px, r.precision));
+            s.push_str(&format!(
+                "| {} | {} | {} | {} | {} | failed: {e} | | | | |\n",
+                r.config, r.backend, r.batch_size, r.image_px, r.precision
+            ));
             continue;
         }
         s.push_str(&format!(
@@ -183,9 +194,24 @@ impl MemoryGrid {
     /// checkpointing off and on (the CI test on a software adapter).
     pub fn named(name: &str) -> Option<Self> {
         match name {
-            "full" => Some(Self { batch_sizes: vec![4, 8, 16, 32], image_px: vec![64, 128, 224], precisions: vec![Precision::F32, Precision::F16], checkpointing: vec![false, true] }),
-            "small" => Some(Self { batch_sizes: vec![4, 8], image_px: vec![32, 64], precisions: vec![Precision::F32, Precision::F16], checkpointing: vec![false, true] }),
-            "tiny" => Some(Self { batch_sizes: vec![8], image_px: vec![64], precisions: vec![Precision::F32], checkpointing: vec![false, true] }),
+            "full" => Some(Self {
+                batch_sizes: vec![4, 8, 16, 32],
+                image_px: vec![64, 128, 224],
+                precisions: vec![Precision::F32, Precision::F16],
+                checkpointing: vec![false, true],
+            }),
+            "small" => Some(Self {
+                batch_sizes: vec![4, 8],
+                image_px: vec![32, 64],
+                precisions: vec![Precision::F32, Precision::F16],
+                checkpointing: vec![false, true],
+            }),
+            "tiny" => Some(Self {
+                batch_sizes: vec![8],
+                image_px: vec![64],
+                precisions: vec![Precision::F32],
+                checkpointing: vec![false, true],
+            }),
             _ => None,
         }
     }
@@ -221,7 +247,13 @@ pub struct MemoryBenchRow {
 ///
 /// # Errors
 /// None of its own; failing cells are reported as skipped.
-pub fn bench_memory(base: &Config, device: &SelectedDevice, grid: &MemoryGrid, steps: usize, log: &mut dyn FnMut(String)) -> Result<Vec<MemoryBenchRow>> {
+pub fn bench_memory(
+    base: &Config,
+    device: &SelectedDevice,
+    grid: &MemoryGrid,
+    steps: usize,
+    log: &mut dyn FnMut(String),
+) -> Result<Vec<MemoryBenchRow>> {
     let mut rows = Vec::new();
     for &precision in &grid.precisions {
         for &checkpointing in &grid.checkpointing {
@@ -249,15 +281,23 @@ pub fn bench_memory(base: &Config, device: &SelectedDevice, grid: &MemoryGrid, s
                     };
                     if precision == Precision::F16 && !device.supports_f16() {
                         row.skipped = Some("adapter has no shader f16".into());
-                    } else if let Some(a) = device.adapter.as_ref().filter(|a| est.largest_tensor > a.max_storage_buffer_binding_size) {
-                        row.skipped = Some(format!("largest tensor {} over the adapter's {} buffer limit", human_bytes(est.largest_tensor), human_bytes(a.max_storage_buffer_binding_size)));
+                    } else if let Some(a) =
+                        device.adapter.as_ref().filter(|a| est.largest_tensor > a.max_storage_buffer_binding_size)
+                    {
+                        row.skipped = Some(format!(
+                            "largest tensor {} over the adapter's {} buffer limit",
+                            human_bytes(est.largest_tensor),
+                            human_bytes(a.max_storage_buffer_binding_size)
+                        ));
                     } else {
                         device.device.memory_cleanup();
                         match crate::train::measure_training(&c, device, BENCH_CLASSES, 1, steps, true) {
                             Ok((_, mem)) => {
                                 row.measured_reserved_bytes = mem.peak_bytes_reserved;
                                 row.measured_in_use_bytes = mem.peak_bytes_in_use;
-                                row.error_percent = (est.in_use_after_forward as f64 - mem.peak_bytes_in_use as f64) / mem.peak_bytes_in_use.max(1) as f64 * 100.0;
+                                row.error_percent = (est.in_use_after_forward as f64 - mem.peak_bytes_in_use as f64)
+                                    / mem.peak_bytes_in_use.max(1) as f64
+                                    * 100.0;
                             }
                             Err(e) => row.skipped = Some(e.to_string()),
                         }
@@ -273,10 +313,20 @@ pub fn bench_memory(base: &Config, device: &SelectedDevice, grid: &MemoryGrid, s
 
 /// `bench memory` rows as a Markdown table.
 pub fn memory_table(rows: &[MemoryBenchRow]) -> String {
-    let mut s = String::from("| batch | px | precision | checkpointing | predicted in use | measured in use | error | predicted peak (budget) | measured reserved |\n|---|---|---|---|---|---|---|---|---|\n");
+    let mut s = String::from(
+        "| batch | px | precision | checkpointing | predicted in use | measured in use | error | predicted peak (budget) | measured reserved |\n|---|---|---|---|---|---|---|---|---|\n",
+    );
     for r in rows {
         match &r.skipped {
-            Some(why) => s.push_str(&format!("| {} | {} | {} | {} | {} | skipped: {why} | | {} | |\n", r.batch_size, r.image_px, r.precision, r.checkpointing, human_bytes(r.predicted_in_use_bytes), human_bytes(r.predicted_bytes))),
+            Some(why) => s.push_str(&format!(
+                "| {} | {} | {} | {} | {} | skipped: {why} | | {} | |\n",
+                r.batch_size,
+                r.image_px,
+                r.precision,
+                r.checkpointing,
+                human_bytes(r.predicted_in_use_bytes),
+                human_bytes(r.predicted_bytes)
+            )),
             None => s.push_str(&format!(
                 "| {} | {} | {} | {} | {} | {} | {:+.1}% | {} | {} |\n",
                 r.batch_size,
@@ -301,14 +351,24 @@ pub fn memory_table(rows: &[MemoryBenchRow]) -> String {
 /// [`crate::Error::Dataset`] when the folder cannot be used at all.
 pub fn check_data(path: &std::path::Path, config: &Config, allow_empty: bool) -> Result<String> {
     use std::collections::BTreeMap;
-    let opts = crate::dataset::ScanOptions { val_fraction: config.data.val_fraction, seed: config.seed, allow_empty_classes: allow_empty || config.data.allow_empty_classes };
+    let opts = crate::dataset::ScanOptions {
+        val_fraction: config.data.val_fraction,
+        seed: config.seed,
+        allow_empty_classes: allow_empty || config.data.allow_empty_classes,
+    };
     let splits = crate::dataset::open(path, &opts)?;
     let pipe = crate::loader::SamplePipeline::from_config(config, false);
     let mut s = format!("dataset {}\n", splits.description);
     let mut all = splits.train.clone();
     all.samples.extend(splits.val.samples.iter().cloned());
     let counts = all.class_counts();
-    s.push_str(&format!("{} classes, {} files ({} train, {} validation)\n", all.class_names.len(), all.samples.len(), splits.train.samples.len(), splits.val.samples.len()));
+    s.push_str(&format!(
+        "{} classes, {} files ({} train, {} validation)\n",
+        all.class_names.len(),
+        all.samples.len(),
+        splits.train.samples.len(),
+        splits.val.samples.len()
+    ));
     for (name, n) in all.class_names.iter().zip(&counts) {
         s.push_str(&format!("  {name}: {n}\n"));
     }
@@ -365,5 +425,8 @@ pub fn check_data(path: &std::path::Path, config: &Config, allow_empty: bool) ->
 /// This process's peak resident set in KiB (Linux `VmHWM`), `None` elsewhere.
 pub fn peak_rss_kb() -> Option<u64> {
     let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    status.lines().find_map(|l| l.strip_prefix("VmHWM:")).and_then(|v| v.trim().trim_end_matches(" kB").trim().parse().ok())
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches(" kB").trim().parse().ok())
 }

@@ -75,7 +75,10 @@ pub fn check_applied(result: &burn::store::ApplyResult, path: &Path) -> Result<(
         let missing: Vec<&str> = result.missing.iter().map(|(name, _)| name.as_str()).take(5).collect();
         return Err(Error::io(
             path,
-            format!("weights do not fit this network (missing {missing:?}, {} errors); the file is for another model config", result.errors.len()),
+            format!(
+                "weights do not fit this network (missing {missing:?}, {} errors); the file is for another model config",
+                result.errors.len()
+            ),
         ));
     }
     Ok(())
@@ -119,8 +122,9 @@ pub fn save(run_dir: &Path, model: &Classifier, optimizer_bytes: &[u8], state: &
 pub fn latest(run_dir: &Path) -> Result<(PathBuf, TrainState)> {
     let root = checkpoints_dir(run_dir);
     let pointer_path = root.join("latest.json");
-    let text = std::fs::read_to_string(&pointer_path)
-        .map_err(|e| Error::io(&pointer_path, format!("no checkpoint to resume ({e}); train without --resume first")))?;
+    let text = std::fs::read_to_string(&pointer_path).map_err(|e| {
+        Error::io(&pointer_path, format!("no checkpoint to resume ({e}); train without --resume first"))
+    })?;
     let v: serde_json::Value = serde_json::from_str(&text).map_err(|e| Error::io(&pointer_path, e))?;
     let name = v["checkpoint"].as_str().ok_or_else(|| Error::io(&pointer_path, "no `checkpoint` field"))?;
     let dir = root.join(name);

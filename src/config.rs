@@ -296,10 +296,8 @@ impl Config {
     /// # Errors
     /// [`Error::Config`] for syntax, unknown keys and out-of-range values.
     pub fn from_toml(text: &str, source_name: &str) -> Result<Self> {
-        let config: Config = toml::from_str(text).map_err(|e| Error::Config {
-            source_name: source_name.to_string(),
-            message: one_line(&e.to_string()),
-        })?;
+        let config: Config = toml::from_str(text)
+            .map_err(|e| Error::Config { source_name: source_name.to_string(), message: one_line(&e.to_string()) })?;
         config.validate().map_err(|message| Error::Config { source_name: source_name.to_string(), message })?;
         Ok(config)
     }
@@ -316,9 +314,8 @@ impl Config {
     /// [`Error::Config`] naming the key when it does not exist or the value is out of range.
     pub fn set(&mut self, assignment: &str) -> Result<()> {
         let err = |message: String| Error::Config { source_name: format!("--set {assignment}"), message };
-        let (key, raw) = assignment
-            .split_once('=')
-            .ok_or_else(|| err("expected KEY=VALUE, e.g. train.batch_size=32".into()))?;
+        let (key, raw) =
+            assignment.split_once('=').ok_or_else(|| err("expected KEY=VALUE, e.g. train.batch_size=32".into()))?;
         let key = key.trim();
         let value: toml::Value = match toml::from_str::<toml::Table>(&format!("v = {}", raw.trim())) {
             Ok(mut t) => t.remove("v").unwrap_or(toml::Value::String(raw.trim().into())),

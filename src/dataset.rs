@@ -171,15 +171,25 @@ pub fn open(path: &Path, opts: &ScanOptions) -> Result<Splits> {
             let (mut val, r2) = scan_folder(&val_dir, opts)?;
             remap_labels(&mut val, &train.class_names, &val_dir)?;
             report.ignored.extend(r2.ignored);
-            let description = format!("{} (train/ and {}/)", dir.display(), val_dir.file_name().unwrap_or_default().to_string_lossy());
+            let description = format!(
+                "{} (train/ and {}/)",
+                dir.display(),
+                val_dir.file_name().unwrap_or_default().to_string_lossy()
+            );
             return Ok(Splits { train, val, description, report });
         }
         let (train, val) = split(train, opts);
-        return Ok(Splits { train, val, description: format!("{} (train/, {:.0}% held out)", dir.display(), opts.val_fraction * 100.0), report });
+        return Ok(Splits {
+            train,
+            val,
+            description: format!("{} (train/, {:.0}% held out)", dir.display(), opts.val_fraction * 100.0),
+            report,
+        });
     }
     let (all, report) = scan_folder(&dir, opts)?;
     let (train, val) = split(all, opts);
-    let description = format!("{} ({:.0}% held out for validation, seed {})", dir.display(), opts.val_fraction * 100.0, opts.seed);
+    let description =
+        format!("{} ({:.0}% held out for validation, seed {})", dir.display(), opts.val_fraction * 100.0, opts.seed);
     Ok(Splits { train, val, description, report })
 }
 
@@ -207,7 +217,11 @@ fn split(all: Dataset, opts: &ScanOptions) -> (Dataset, Dataset) {
     for class in 0..all.class_names.len() {
         let mut of_class: Vec<Sample> = all.samples.iter().filter(|s| s.label == class).cloned().collect();
         of_class.shuffle(&mut rng);
-        let n_val = if of_class.len() >= 2 { ((of_class.len() as f64 * opts.val_fraction).round() as usize).max(usize::from(opts.val_fraction > 0.0)) } else { 0 };
+        let n_val = if of_class.len() >= 2 {
+            ((of_class.len() as f64 * opts.val_fraction).round() as usize).max(usize::from(opts.val_fraction > 0.0))
+        } else {
+            0
+        };
         val.samples.extend(of_class.drain(..n_val));
         train.samples.extend(of_class);
     }
@@ -226,7 +240,10 @@ fn open_idx(dir: &Path, imgs: &Path, labs: &Path, opts: &ScanOptions) -> Result<
                 if (l as usize) < class_names.len() {
                     Ok(Sample { source: SampleSource::Idx { images: images.clone(), index }, label: l as usize })
                 } else {
-                    Err(Error::Dataset { path: dir.into(), message: format!("label {l} has no class name in classes.txt") })
+                    Err(Error::Dataset {
+                        path: dir.into(),
+                        message: format!("label {l} has no class name in classes.txt"),
+                    })
                 }
             })
             .collect::<Result<Vec<_>>>()?;
@@ -236,10 +253,20 @@ fn open_idx(dir: &Path, imgs: &Path, labs: &Path, opts: &ScanOptions) -> Result<
     if let Some((ti, tl)) = idx::find_split(dir, "t10k") {
         let (test_imgs, test_labels) = idx::load_pair(&ti, &tl)?;
         let val = to_dataset(test_imgs, test_labels)?;
-        return Ok(Splits { train, val, description: format!("{} (IDX, train + t10k)", dir.display()), report: ScanReport::default() });
+        return Ok(Splits {
+            train,
+            val,
+            description: format!("{} (IDX, train + t10k)", dir.display()),
+            report: ScanReport::default(),
+        });
     }
     let (train, val) = split(train, opts);
-    Ok(Splits { train, val, description: format!("{} (IDX, {:.0}% held out)", dir.display(), opts.val_fraction * 100.0), report: ScanReport::default() })
+    Ok(Splits {
+        train,
+        val,
+        description: format!("{} (IDX, {:.0}% held out)", dir.display(), opts.val_fraction * 100.0),
+        report: ScanReport::default(),
+    })
 }
 
 /// Class names of an IDX folder: `classes.txt` (one per line) if present, Fashion-MNIST's when
@@ -282,7 +309,11 @@ pub fn scan_folder(root: &Path, opts: &ScanOptions) -> Result<(Dataset, ScanRepo
         }
     }
     if class_dirs.is_empty() {
-        let found = if root_images > 0 { format!("{root_images} images directly in it and no class folders") } else { "no class folders".into() };
+        let found = if root_images > 0 {
+            format!("{root_images} images directly in it and no class folders")
+        } else {
+            "no class folders".into()
+        };
         return Err(err(format!(
             "{found}; expected one folder per class: {}/<class_name>/<image files> (e.g. cats/001.jpg, dogs/002.jpg)",
             root.display()

@@ -162,7 +162,10 @@ pub fn select(choice: DeviceChoice) -> Result<SelectedDevice> {
             };
             let adapter = adapters[index].clone();
             let kind = adapter.kind.clone().ok_or_else(|| {
-                Error::Device(format!("adapter {index} ({}) has device type Other, which burn cannot select; pick another with --adapter", adapter.name))
+                Error::Device(format!(
+                    "adapter {index} ({}) has device type Other, which burn cannot select; pick another with --adapter",
+                    adapter.name
+                ))
             })?;
             Ok(SelectedDevice {
                 device: Device::wgpu(kind),

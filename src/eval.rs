@@ -32,11 +32,7 @@ pub struct EvalResult {
 impl EvalResult {
     /// Accuracy of each class, 0..1 (NaN for a class without samples).
     pub fn per_class_accuracy(&self) -> Vec<f32> {
-        self.confusion
-            .iter()
-            .enumerate()
-            .map(|(i, row)| row[i] as f32 / row.iter().sum::<u64>() as f32)
-            .collect()
+        self.confusion.iter().enumerate().map(|(i, row)| row[i] as f32 / row.iter().sum::<u64>() as f32).collect()
     }
 
     /// The confusion matrix as CSV: header `true\predicted,<classes>`, one row per true class.
@@ -100,8 +96,11 @@ pub fn evaluate(
         let logits = model.forward(images, precision);
         let logp = burn::tensor::activation::log_softmax(logits, 1); // [B, C]
         let nll = logp.clone().gather(1, labels.reshape([n, 1])).neg().sum();
-        let data = logp.try_into_data().map_err(|e| Error::Device(format!("reading evaluation results failed: {e:?}")))?;
-        let nll = nll.try_into_scalar::<f32>().map_err(|e| Error::Device(format!("reading evaluation loss failed: {e:?}")))?;
+        let data =
+            logp.try_into_data().map_err(|e| Error::Device(format!("reading evaluation results failed: {e:?}")))?;
+        let nll = nll
+            .try_into_scalar::<f32>()
+            .map_err(|e| Error::Device(format!("reading evaluation loss failed: {e:?}")))?;
         loss_sum += nll as f64;
         let values = data.try_to_vec::<f32>().map_err(|e| Error::Device(format!("{e:?}")))?;
         for (i, &label) in labels_host.iter().enumerate() {

@@ -91,7 +91,13 @@ impl ModelMetadata {
 ///
 /// # Errors
 /// [`Error::Io`] naming the file that could not be written.
-pub fn export(model: &Classifier, config: &Config, classes: &[String], training: &TrainingInfo, dir: &Path) -> Result<Vec<PathBuf>> {
+pub fn export(
+    model: &Classifier,
+    config: &Config,
+    classes: &[String],
+    training: &TrainingInfo,
+    dir: &Path,
+) -> Result<Vec<PathBuf>> {
     std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
     let meta = ModelMetadata::new(config, classes, model.num_params(), training.clone());
     let bpk = dir.join("model.bpk");
@@ -130,9 +136,12 @@ pub fn resolve_paths(path: &Path) -> Result<(PathBuf, PathBuf)> {
         bpk.is_file().then_some(bpk)
     };
     let weights = if path.is_dir() {
-        dir_weights(path)
-            .or_else(|| dir_weights(&path.join("export")))
-            .ok_or_else(|| Error::io(path, "no model.bpk here or in export/; pass a run folder, an export folder or a .bpk/.safetensors file"))?
+        dir_weights(path).or_else(|| dir_weights(&path.join("export"))).ok_or_else(|| {
+            Error::io(
+                path,
+                "no model.bpk here or in export/; pass a run folder, an export folder or a .bpk/.safetensors file",
+            )
+        })?
     } else if path.is_file() {
         path.to_path_buf()
     } else {
@@ -142,7 +151,10 @@ pub fn resolve_paths(path: &Path) -> Result<(PathBuf, PathBuf)> {
     let stem_json = weights.with_extension("json");
     let meta = if stem_json.is_file() { stem_json } else { dir.join("model.json") };
     if !meta.is_file() {
-        return Err(Error::io(&meta, "metadata not found: model.json must sit beside the weights (it holds classes and preprocessing)"));
+        return Err(Error::io(
+            &meta,
+            "metadata not found: model.json must sit beside the weights (it holds classes and preprocessing)",
+        ));
     }
     Ok((weights, meta))
 }
@@ -154,13 +166,15 @@ pub fn resolve_paths(path: &Path) -> Result<(PathBuf, PathBuf)> {
 pub fn load(path: &Path, device: &Device) -> Result<LoadedModel> {
     let (weights_path, meta_path) = resolve_paths(path)?;
     let meta_bytes = std::fs::read(&meta_path).map_err(|e| Error::io(&meta_path, e))?;
-    let metadata: ModelMetadata = serde_json::from_slice(&meta_bytes).map_err(|e| Error::io(&meta_path, format!("invalid metadata: {e}")))?;
+    let metadata: ModelMetadata =
+        serde_json::from_slice(&meta_bytes).map_err(|e| Error::io(&meta_path, format!("invalid metadata: {e}")))?;
     let mut model = Classifier::new(&metadata.model, metadata.class_names.len(), device);
     let bytes = std::fs::read(&weights_path).map_err(|e| Error::io(&weights_path, e))?;
     let is_safetensors = weights_path.extension().is_some_and(|e| e.eq_ignore_ascii_case("safetensors"));
     if is_safetensors {
         let mut store = SafetensorsStore::from_bytes(Some(bytes)).with_from_adapter(PyTorchToBurnAdapter);
-        let result = model.load_from(&mut store).map_err(|e| Error::io(&weights_path, format!("cannot load weights: {e}")))?;
+        let result =
+            model.load_from(&mut store).map_err(|e| Error::io(&weights_path, format!("cannot load weights: {e}")))?;
         checkpoint::check_applied(&result, &weights_path)?;
     } else {
         checkpoint::load_model_bytes(&mut model, bytes, &weights_path)?;

@@ -73,7 +73,8 @@ fn idx_err(path: &Path, message: impl Into<String>) -> Error {
 /// Parses the header and checks magic, dimension count and payload length.
 fn parse_header(bytes: &[u8], want_magic: u32, want_ndim: usize) -> std::result::Result<Vec<usize>, String> {
     if bytes.len() < 4 + 4 * want_ndim {
-        if bytes.starts_with(b"<") || bytes.iter().take(64).all(|b| b.is_ascii()) && !bytes.is_empty() && bytes[0] != 0 {
+        if bytes.starts_with(b"<") || bytes.iter().take(64).all(|b| b.is_ascii()) && !bytes.is_empty() && bytes[0] != 0
+        {
             return Err("not IDX or gzip data (looks like text or HTML; re-download the file)".into());
         }
         return Err(format!("too short for a header ({} bytes, need {})", bytes.len(), 4 + 4 * want_ndim));
@@ -114,9 +115,7 @@ fn parse_header(bytes: &[u8], want_magic: u32, want_ndim: usize) -> std::result:
     let found = bytes.len() - header;
     if found != expected {
         let kind = if found < expected { "truncated" } else { "trailing data" };
-        return Err(format!(
-            "{kind}: header {dims:?} needs expected {expected} payload bytes, found {found}"
-        ));
+        return Err(format!("{kind}: header {dims:?} needs expected {expected} payload bytes, found {found}"));
     }
     Ok(dims)
 }
@@ -151,7 +150,10 @@ pub fn load_pair(images: &Path, labels: &Path) -> Result<(IdxImages, Vec<u8>)> {
     let imgs = parse_images(&read_maybe_gzip(images)?).map_err(|m| idx_err(images, m))?;
     let labs = parse_labels(&read_maybe_gzip(labels)?).map_err(|m| idx_err(labels, m))?;
     if imgs.count != labs.len() {
-        return Err(idx_err(images, format!("count mismatch: {} images vs {} labels in {}", imgs.count, labs.len(), labels.display())));
+        return Err(idx_err(
+            images,
+            format!("count mismatch: {} images vs {} labels in {}", imgs.count, labs.len(), labels.display()),
+        ));
     }
     Ok((imgs, labs))
 }

@@ -53,7 +53,8 @@ impl Default for LoadOptions {
 /// [`Error::Image`] naming `path`: unreadable, empty, not an image, unsupported (HEIF),
 /// over the pixel cap, truncated or corrupt.
 pub fn load_image(path: &Path, opts: &LoadOptions) -> Result<RgbImage> {
-    let bytes = std::fs::read(path).map_err(|e| Error::Image { path: path.into(), message: format!("cannot read: {e}") })?;
+    let bytes =
+        std::fs::read(path).map_err(|e| Error::Image { path: path.into(), message: format!("cannot read: {e}") })?;
     decode_image(&bytes, opts).map_err(|message| Error::Image { path: path.into(), message })
 }
 
@@ -136,7 +137,8 @@ fn check_jpeg_complete(bytes: &[u8]) -> std::result::Result<(), String> {
         let (w, h) = d.dimensions().unwrap_or((0, 0));
         Ok::<_, zune_jpeg::errors::DecodeErrors>((pixels, w, h))
     };
-    let truncated = |why: String| Err(format!("truncated or corrupt JPEG ({why}); the decoder would invent the missing rows"));
+    let truncated =
+        |why: String| Err(format!("truncated or corrupt JPEG ({why}); the decoder would invent the missing rows"));
     let ends_with_eoi = bytes.ends_with(&[0xFF, 0xD9]);
     let mut with_eoi = bytes.to_vec();
     if !ends_with_eoi {
@@ -160,7 +162,9 @@ fn check_jpeg_complete(bytes: &[u8]) -> std::result::Result<(), String> {
     let row = full.len() / h;
     let first_changed = (0..h).find(|&y| full[y * row..(y + 1) * row] != cut[y * row..(y + 1) * row]);
     match first_changed {
-        Some(y) if (y as f64) < 0.7 * h as f64 => truncated(format!("no end marker and the data ends above row {} of {h}", y + h / 8)),
+        Some(y) if (y as f64) < 0.7 * h as f64 => {
+            truncated(format!("no end marker and the data ends above row {} of {h}", y + h / 8))
+        }
         _ => Ok(()),
     }
 }
@@ -202,7 +206,10 @@ mod tests {
         assert_eq!(out.get_pixel(0, 0).0, [255, 0, 0]);
         assert_eq!(out.get_pixel(1, 0).0, [255, 255, 255]);
         let black = LoadOptions { alpha: AlphaPolicy::Black, ..Default::default() };
-        assert_eq!(decode_image(&png_bytes(DynamicImage::ImageRgba8(img)), &black).unwrap().get_pixel(1, 0).0, [0, 0, 0]);
+        assert_eq!(
+            decode_image(&png_bytes(DynamicImage::ImageRgba8(img)), &black).unwrap().get_pixel(1, 0).0,
+            [0, 0, 0]
+        );
     }
 
     #[test]

@@ -70,7 +70,11 @@ impl Predictor {
     /// # Errors
     /// [`Error::Preprocess`] for an unusable image, [`Error::Device`] when the device fails.
     pub fn probabilities(&self, images: &[RgbImage]) -> Result<Vec<Vec<f32>>> {
-        let inputs = images.iter().map(|i| self.input(i)).collect::<std::result::Result<Vec<_>, _>>().map_err(Error::Preprocess)?;
+        let inputs = images
+            .iter()
+            .map(|i| self.input(i))
+            .collect::<std::result::Result<Vec<_>, _>>()
+            .map_err(Error::Preprocess)?;
         if inputs.is_empty() {
             return Ok(vec![]);
         }
@@ -95,7 +99,11 @@ impl Predictor {
     pub fn top(&self, probs: &[f32], k: usize) -> Vec<ClassProb> {
         top_k(probs, k.min(probs.len()))
             .into_iter()
-            .map(|(index, probability)| ClassProb { index, name: self.metadata.class_names[index].clone(), probability })
+            .map(|(index, probability)| ClassProb {
+                index,
+                name: self.metadata.class_names[index].clone(),
+                probability,
+            })
             .collect()
     }
 

@@ -131,7 +131,14 @@ impl SamplePipeline {
 }
 
 /// Builds batch `b` of `order` (indices into `dataset`).
-fn build_batch(dataset: &Dataset, pipeline: &SamplePipeline, order: &[usize], batch_size: usize, b: usize, seed: u64) -> Batch {
+fn build_batch(
+    dataset: &Dataset,
+    pipeline: &SamplePipeline,
+    order: &[usize],
+    batch_size: usize,
+    b: usize,
+    seed: u64,
+) -> Batch {
     let mut batch = Batch::default();
     let start = b * batch_size;
     for &i in &order[start..(start + batch_size).min(order.len())] {
@@ -208,7 +215,8 @@ pub fn batches(
     let (tx, rx) = sync_channel(prefetch.max(1));
     let counter = Arc::new(AtomicUsize::new(skip_batches));
     for w in 0..worker_count(workers).min(n_batches.saturating_sub(skip_batches)).max(1) {
-        let (tx, counter, dataset, pipeline, order) = (tx.clone(), counter.clone(), dataset.clone(), pipeline.clone(), order.clone());
+        let (tx, counter, dataset, pipeline, order) =
+            (tx.clone(), counter.clone(), dataset.clone(), pipeline.clone(), order.clone());
         let spawned = std::thread::Builder::new().name(format!("vramfit-loader-{w}")).spawn(move || {
             loop {
                 let b = counter.fetch_add(1, Ordering::Relaxed);

@@ -121,7 +121,8 @@ pub fn estimate(config: &Config, batch_size: usize, num_classes: usize) -> Memor
     let workspace = 2 * 4 * b * largest_out;
     let activations: u64 = activations_per_stage.iter().sum();
     let accumulation_buffer = gradients - 4 * p;
-    let in_use_after_forward = parameters + optimizer_state + accumulation_buffer + weight_casts + input_batch + activations;
+    let in_use_after_forward =
+        parameters + optimizer_state + accumulation_buffer + weight_casts + input_batch + activations;
     let sum = parameters + gradients + optimizer_state + weight_casts + input_batch + activations + workspace;
     let allocator_overhead = (sum as f64 * ALLOCATOR_OVERHEAD) as u64;
     MemoryEstimate {

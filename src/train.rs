@@ -164,7 +164,14 @@ struct Trainer {
 }
 
 impl Trainer {
-    fn new(config: &Config, precision: Precision, device: &Device, class_names: Vec<String>, steps_total: usize, steps_per_epoch: usize) -> Self {
+    fn new(
+        config: &Config,
+        precision: Precision,
+        device: &Device,
+        class_names: Vec<String>,
+        steps_total: usize,
+        steps_per_epoch: usize,
+    ) -> Self {
         let ad_device = if config.train.checkpointing {
             device.clone().autodiff().gradient_checkpointing()
         } else {
@@ -195,7 +202,17 @@ impl Trainer {
             best_val_accuracy: 0.0,
             class_names,
         };
-        Self { config: config.clone(), precision, device: device.clone(), ad_device, model: Some(model), optim, schedule, state, tracker: MemoryTracker::default() }
+        Self {
+            config: config.clone(),
+            precision,
+            device: device.clone(),
+            ad_device,
+            model: Some(model),
+            optim,
+            schedule,
+            state,
+            tracker: MemoryTracker::default(),
+        }
     }
 
     fn model(&self) -> &Classifier {
@@ -224,7 +241,12 @@ impl Trainer {
     }
 
     /// One optimizer step over `batches` (the step's loader batches).
-    fn step(&mut self, batches: &[Batch], sample_memory: bool, sink: EventSink) -> std::result::Result<StepStats, StepError> {
+    fn step(
+        &mut self,
+        batches: &[Batch],
+        sample_memory: bool,
+        sink: EventSink,
+    ) -> std::result::Result<StepStats, StepError> {
         let total: usize = batches.iter().map(Batch::len).sum();
         let factor = self.state.split_factor;
         let scale = self.state.scaler.scale;
@@ -255,14 +277,21 @@ impl Trainer {
                     }
                     sampled = true;
                 }
-                let correct = logits.clone().inner().argmax(1).reshape([n]).equal(labels.clone().inner()).int().sum().float();
+                let correct =
+                    logits.clone().inner().argmax(1).reshape([n]).equal(labels.clone().inner()).int().sum().float();
                 let loss = smoothed_cross_entropy(logits, labels, eps);
                 let weighted = loss.clone() * (scale * n as f32 / total as f32);
                 let grads = GradientsParams::from_grads(weighted.backward(), &model);
                 accumulator.accumulate(&model, grads);
                 let loss_n = loss.inner() * n as f32;
-                loss_sum = Some(match loss_sum.take() { Some(a) => a + loss_n, None => loss_n });
-                correct_sum = Some(match correct_sum.take() { Some(a) => a + correct, None => correct });
+                loss_sum = Some(match loss_sum.take() {
+                    Some(a) => a + loss_n,
+                    None => loss_n,
+                });
+                correct_sum = Some(match correct_sum.take() {
+                    Some(a) => a + correct,
+                    None => correct,
+                });
             }
         }
         let mut grads = accumulator.grads();
@@ -290,8 +319,15 @@ impl Trainer {
         let applied = self.state.scaler.update(finite);
         if !finite {
             self.model = Some(model);
-            if self.precision == Precision::F32 || self.state.scaler.skipped_in_a_row >= self.config.train.max_skipped_steps {
-                return Err(StepError::Fatal(Error::Diverged(diagnosis(loss, grad_norm, &self.config, self.state.global_step))));
+            if self.precision == Precision::F32
+                || self.state.scaler.skipped_in_a_row >= self.config.train.max_skipped_steps
+            {
+                return Err(StepError::Fatal(Error::Diverged(diagnosis(
+                    loss,
+                    grad_norm,
+                    &self.config,
+                    self.state.global_step,
+                ))));
             }
             sink(Event::Warning(format!(
                 "step {}: f16 gradients overflowed; step skipped, loss scale lowered to {}",
@@ -373,7 +409,13 @@ pub const EPOCHS_HEADER: &str = "epoch,train_loss,train_accuracy,val_loss,val_ac
 /// (before anything runs), [`Error::Diverged`] from the NaN guard, [`Error::Device`] when the
 /// device fails at micro-batch 1, [`Error::Io`] for run-folder files. The last checkpoint stays
 /// valid in every case.
-pub fn train(req: &TrainRequest, device: &SelectedDevice, splits: &Splits, sink: EventSink, stop: &StopSignal) -> Result<TrainSummary> {
+pub fn train(
+    req: &TrainRequest,
+    device: &SelectedDevice,
+    splits: &Splits,
+    sink: EventSink,
+    stop: &StopSignal,
+) -> Result<TrainSummary> {
     let started = Instant::now();
     let mut config = req.config.clone();
     let out = &req.out_dir;
@@ -433,7 +475,10 @@ pub fn train(req: &TrainRequest, device: &SelectedDevice, splits: &Splits, sink:
     if req.resume {
         let (dir, state) = checkpoint::latest(out)?;
         if state.class_names != classes {
-            return Err(Error::Dataset { path: out.clone(), message: "the dataset's classes differ from the checkpoint's; resume with the same --data".into() });
+            return Err(Error::Dataset {
+                path: out.clone(),
+                message: "the dataset's classes differ from the checkpoint's; resume with the same --data".into(),
+            });
         }
         trainer.restore(&dir, state)?;
     } else {
@@ -478,7 +523,16 @@ pub fn train(req: &TrainRequest, device: &SelectedDevice, splits: &Splits, sink:
         let mut order: Vec<usize> = (0..train_ds.samples.len()).collect();
         order.shuffle(&mut rand::rngs::SmallRng::seed_from_u64(config.seed.wrapping_add(epoch as u64)));
         let skip = trainer.state.batches_done_in_epoch;
-        let iter = loader::batches(train_ds.clone(), train_pipe.clone(), Arc::new(order), batch_size, skip, config.seed ^ ((epoch as u64) << 32), workers, config.data.prefetch_batches);
+        let iter = loader::batches(
+            train_ds.clone(),
+            train_pipe.clone(),
+            Arc::new(order),
+            batch_size,
+            skip,
+            config.seed ^ ((epoch as u64) << 32),
+            workers,
+            config.data.prefetch_batches,
+        );
         let (mut epoch_loss, mut epoch_correct, mut epoch_images, mut epoch_skipped) = (0f64, 0f64, 0usize, 0usize);
         let mut pending: Vec<Batch> = Vec::with_capacity(accum);
         let mut batch_index = skip;
@@ -511,7 +565,9 @@ pub fn train(req: &TrainRequest, device: &SelectedDevice, splits: &Splits, sink:
                         sink(Event::BatchAdapted {
                             batch_size: batch_size.div_ceil(trainer.state.split_factor),
                             grad_accum_steps: accum * trainer.state.split_factor,
-                            reason: format!("the device refused the step at micro-batch {micro} ({msg}); retrying it at half"),
+                            reason: format!(
+                                "the device refused the step at micro-batch {micro} ({msg}); retrying it at half"
+                            ),
                         });
                     }
                 }
@@ -533,13 +589,27 @@ pub fn train(req: &TrainRequest, device: &SelectedDevice, splits: &Splits, sink:
             epoch_images += stats.images;
             let lr = trainer.schedule.lr(trainer.state.global_step.saturating_sub(1));
             let ips = stats.images as f64 / secs.max(1e-9);
-            sink(Event::Step { step: trainer.state.global_step, epoch, loss: stats.loss, accuracy: stats.accuracy, lr, images_per_sec: ips });
+            sink(Event::Step {
+                step: trainer.state.global_step,
+                epoch,
+                loss: stats.loss,
+                accuracy: stats.accuracy,
+                lr,
+                images_per_sec: ips,
+            });
             let (in_use, reserved) = if sample_now {
                 (trainer.tracker.peak_bytes_in_use.to_string(), trainer.tracker.peak_bytes_reserved.to_string())
             } else {
                 (String::new(), String::new())
             };
-            csv_append(&metrics_path, METRICS_HEADER, &format!("{},{epoch},{},{},{lr:e},{ips:.1},{in_use},{reserved}", trainer.state.global_step, stats.loss, stats.accuracy))?;
+            csv_append(
+                &metrics_path,
+                METRICS_HEADER,
+                &format!(
+                    "{},{epoch},{},{},{lr:e},{ips:.1},{in_use},{reserved}",
+                    trainer.state.global_step, stats.loss, stats.accuracy
+                ),
+            )?;
             // Budget: when a measured peak crosses it, halve the micro-batch from the next step.
             if sample_now && device.is_gpu() {
                 let measured = trainer.tracker.peak_bytes_reserved;
@@ -551,7 +621,11 @@ pub fn train(req: &TrainRequest, device: &SelectedDevice, splits: &Splits, sink:
                     sink(Event::BatchAdapted {
                         batch_size: batch_size.div_ceil(trainer.state.split_factor),
                         grad_accum_steps: accum * trainer.state.split_factor,
-                        reason: format!("measured {} crossed the {} budget", human_bytes(measured), human_bytes(config.memory.memory_budget_bytes)),
+                        reason: format!(
+                            "measured {} crossed the {} budget",
+                            human_bytes(measured),
+                            human_bytes(config.memory.memory_budget_bytes)
+                        ),
                     });
                 }
             }
@@ -569,11 +643,38 @@ pub fn train(req: &TrainRequest, device: &SelectedDevice, splits: &Splits, sink:
             break;
         }
         let val_model = trainer.model().valid();
-        let val = eval::evaluate(&val_model, val_ds.clone(), eval_pipe.clone(), &trainer.device, batch_size.max(32), precision, workers)?;
+        let val = eval::evaluate(
+            &val_model,
+            val_ds.clone(),
+            eval_pipe.clone(),
+            &trainer.device,
+            batch_size.max(32),
+            precision,
+            workers,
+        )?;
         let secs = epoch_start.elapsed().as_secs_f64();
-        let (train_loss, train_acc) = if epoch_images > 0 { ((epoch_loss / epoch_images as f64) as f32, (epoch_correct / epoch_images as f64) as f32) } else { (f32::NAN, f32::NAN) };
-        sink(Event::EpochEnd { epoch, train_loss, train_accuracy: train_acc, val_loss: val.loss, val_accuracy: val.top1, secs, skipped: epoch_skipped });
-        csv_append(&epochs_path, EPOCHS_HEADER, &format!("{epoch},{train_loss},{train_acc},{},{},{},{secs:.1},{epoch_skipped}", val.loss, val.top1, val.top5))?;
+        let (train_loss, train_acc) = if epoch_images > 0 {
+            ((epoch_loss / epoch_images as f64) as f32, (epoch_correct / epoch_images as f64) as f32)
+        } else {
+            (f32::NAN, f32::NAN)
+        };
+        sink(Event::EpochEnd {
+            epoch,
+            train_loss,
+            train_accuracy: train_acc,
+            val_loss: val.loss,
+            val_accuracy: val.top1,
+            secs,
+            skipped: epoch_skipped,
+        });
+        csv_append(
+            &epochs_path,
+            EPOCHS_HEADER,
+            &format!(
+                "{epoch},{train_loss},{train_acc},{},{},{},{secs:.1},{epoch_skipped}",
+                val.loss, val.top1, val.top5
+            ),
+        )?;
         if epoch == 0 && trainer.tracker.peak_bytes_reserved > 0 {
             let t = trainer.tracker;
             sink(Event::Info(format!(
@@ -634,24 +735,37 @@ pub struct OverfitResult {
 ///
 /// # Errors
 /// As [`train`].
-pub fn overfit_check(config: &Config, device: &SelectedDevice, data: &Dataset, steps: usize, sink: EventSink) -> Result<OverfitResult> {
+pub fn overfit_check(
+    config: &Config,
+    device: &SelectedDevice,
+    data: &Dataset,
+    steps: usize,
+    sink: EventSink,
+) -> Result<OverfitResult> {
     let subset = data.balanced_subset(64);
     let mut cfg = config.clone();
-    cfg.augment = crate::config::AugmentConfig { random_crop: false, hflip: false, color_jitter: 0.0, random_erasing: 0.0 };
+    cfg.augment =
+        crate::config::AugmentConfig { random_crop: false, hflip: false, color_jitter: 0.0, random_erasing: 0.0 };
     cfg.train.label_smoothing = 0.0;
     cfg.train.batch_size = cfg.train.batch_size.min(32);
     cfg.train.grad_accum_steps = 1;
     cfg.optimizer.weight_decay = 0.0;
     cfg.optimizer.min_lr_ratio = 1.0;
     let n_batches = subset.samples.len().div_ceil(cfg.train.batch_size);
-    let precision = if cfg.train.precision == Precision::F16 && !device.supports_f16() { Precision::F32 } else { cfg.train.precision };
+    let precision = if cfg.train.precision == Precision::F16 && !device.supports_f16() {
+        Precision::F32
+    } else {
+        cfg.train.precision
+    };
     let mut trainer = Trainer::new(&cfg, precision, &device.device, subset.class_names.clone(), steps, 0);
     trainer.schedule.warmup_steps = 10.min(steps);
     let ds = Arc::new(subset);
     let pipe = Arc::new(SamplePipeline::from_config(&cfg, false));
     let order = Arc::new((0..ds.samples.len()).collect::<Vec<_>>());
     // Decode the 64 images once.
-    let batches: Vec<Batch> = loader::batches(ds.clone(), pipe.clone(), order, cfg.train.batch_size, 0, cfg.seed, cfg.data.workers, 2).collect();
+    let batches: Vec<Batch> =
+        loader::batches(ds.clone(), pipe.clone(), order, cfg.train.batch_size, 0, cfg.seed, cfg.data.workers, 2)
+            .collect();
     let mut done = 0;
     while done < steps {
         let batch = &batches[done % n_batches];
@@ -664,7 +778,14 @@ pub fn overfit_check(config: &Config, device: &SelectedDevice, data: &Dataset, s
             trainer.state.global_step += 1;
         }
         done += 1;
-        sink(Event::Step { step: done, epoch: 0, loss: stats.loss, accuracy: stats.accuracy, lr: trainer.schedule.lr(done - 1), images_per_sec: 0.0 });
+        sink(Event::Step {
+            step: done,
+            epoch: 0,
+            loss: stats.loss,
+            accuracy: stats.accuracy,
+            lr: trainer.schedule.lr(done - 1),
+            images_per_sec: 0.0,
+        });
     }
     let val = eval::evaluate(&trainer.model().valid(), ds, pipe, &trainer.device, 64, precision, cfg.data.workers)?;
     Ok(OverfitResult { steps: done, accuracy: val.top1, passed: val.top1 >= 0.98 })
@@ -678,9 +799,27 @@ pub fn overfit_check(config: &Config, device: &SelectedDevice, data: &Dataset, s
 ///
 /// # Errors
 /// [`Error::Device`] when the device fails.
-pub fn measure_training(config: &Config, device: &SelectedDevice, num_classes: usize, warmup: usize, steps: usize, sample_memory: bool) -> Result<(f64, MemoryTracker)> {
-    let precision = if config.train.precision == Precision::F16 && !device.supports_f16() { Precision::F32 } else { config.train.precision };
-    let mut trainer = Trainer::new(config, precision, &device.device, (0..num_classes).map(|i| i.to_string()).collect(), warmup + steps, 1);
+pub fn measure_training(
+    config: &Config,
+    device: &SelectedDevice,
+    num_classes: usize,
+    warmup: usize,
+    steps: usize,
+    sample_memory: bool,
+) -> Result<(f64, MemoryTracker)> {
+    let precision = if config.train.precision == Precision::F16 && !device.supports_f16() {
+        Precision::F32
+    } else {
+        config.train.precision
+    };
+    let mut trainer = Trainer::new(
+        config,
+        precision,
+        &device.device,
+        (0..num_classes).map(|i| i.to_string()).collect(),
+        warmup + steps,
+        1,
+    );
     let batch = synthetic_batch(config, num_classes);
     let batches = vec![batch; config.train.grad_accum_steps];
     let mut sink = |_e: Event| {};

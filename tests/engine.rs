@@ -73,7 +73,12 @@ fn c06_rgba_prediction_input_is_white_not_blue() {
         config.data.preprocess = PreprocessConfig { mode: PreprocessMode::ResizeAndCrop, load_size: 32, crop_size: 32 };
         let loaded = vramfit::export::LoadedModel {
             model: vramfit::model::Classifier::new(&config.model, 3, &burn::tensor::Device::flex()),
-            metadata: vramfit::export::ModelMetadata::new(&config, &["a".into(), "b".into(), "c".into()], 0, Default::default()),
+            metadata: vramfit::export::ModelMetadata::new(
+                &config,
+                &["a".into(), "b".into(), "c".into()],
+                0,
+                Default::default(),
+            ),
             weights_path: PathBuf::new(),
         };
         let predictor = vramfit::infer::Predictor::new(loaded, burn::tensor::Device::flex());
@@ -155,7 +160,15 @@ fn c09_checking_bombs_keeps_resident_memory_under_200_mb() {
 
 #[test]
 fn c15_every_mode_gives_one_training_size_or_names_the_file() {
-    let files = ["wide_300x100.png", "tall_100x300.png", "tiny_37x23.png", "odd_255x255.png", "exact_256x256.png", "half_42x18.png", "one_pixel_1x1.png"];
+    let files = [
+        "wide_300x100.png",
+        "tall_100x300.png",
+        "tiny_37x23.png",
+        "odd_255x255.png",
+        "exact_256x256.png",
+        "half_42x18.png",
+        "one_pixel_1x1.png",
+    ];
     let mut rng = <rand::rngs::SmallRng as rand::SeedableRng>::seed_from_u64(0);
     for mode in PreprocessMode::ALL {
         let mut config = Config::default();
@@ -282,7 +295,11 @@ fn c17_idx_variants() {
     }
     let err = |d: &str| pair(d).unwrap().unwrap_err().to_string();
     assert!(err("wrong_magic").contains("expected 2051 got 2049 (a labels file?)"), "{}", err("wrong_magic"));
-    assert!(err("truncated_payload").contains("expected 7840 payload bytes, found 7448"), "{}", err("truncated_payload"));
+    assert!(
+        err("truncated_payload").contains("expected 7840 payload bytes, found 7448"),
+        "{}",
+        err("truncated_payload")
+    );
     assert!(err("count_mismatch").contains("10 images vs 9 labels"), "{}", err("count_mismatch"));
     assert!(err("empty_file").contains("too short for a header"), "{}", err("empty_file"));
     assert!(err("html_instead_of_gzip").contains("not IDX or gzip"), "{}", err("html_instead_of_gzip"));
@@ -309,7 +326,11 @@ fn quickstart() -> Config {
 }
 
 fn bundled() -> dataset::Splits {
-    dataset::open(&dataset::bundled_dataset_dir(), &ScanOptions { val_fraction: 0.1, seed: 42, allow_empty_classes: false }).unwrap()
+    dataset::open(
+        &dataset::bundled_dataset_dir(),
+        &ScanOptions { val_fraction: 0.1, seed: 42, allow_empty_classes: false },
+    )
+    .unwrap()
 }
 
 #[test]
@@ -341,11 +362,17 @@ fn train_export_predict_parity_and_resume() {
     let mut req = TrainRequest::new(config.clone(), &run);
     req.resume = true;
     let mut steps = Vec::new();
-    let done = train::train(&req, &device, &splits, &mut |e| {
-        if let Event::Step { step, .. } = e {
-            steps.push(step)
-        }
-    }, &StopSignal::new())
+    let done = train::train(
+        &req,
+        &device,
+        &splits,
+        &mut |e| {
+            if let Event::Step { step, .. } = e {
+                steps.push(step)
+            }
+        },
+        &StopSignal::new(),
+    )
     .unwrap();
     let per_epoch = 6000usize.div_ceil(64);
     assert_eq!(steps.first(), Some(&31), "resume continues the step count");
@@ -361,7 +388,10 @@ fn train_export_predict_parity_and_resume() {
     let a = vramfit::infer::Predictor::load(&export.join("model.bpk"), cpu.clone()).unwrap();
     let b = vramfit::infer::Predictor::load(&export.join("model.safetensors"), cpu).unwrap();
     let img = image::RgbImage::from_fn(28, 28, |x, y| image::Rgb([(x * 9) as u8, (y * 9) as u8, 100]));
-    assert_eq!(a.probabilities(std::slice::from_ref(&img)).unwrap(), b.probabilities(std::slice::from_ref(&img)).unwrap());
+    assert_eq!(
+        a.probabilities(std::slice::from_ref(&img)).unwrap(),
+        b.probabilities(std::slice::from_ref(&img)).unwrap()
+    );
     // 3) GPU vs CPU (flex, ndarray) predictions on the 1000 bundled test images.
     let test: Vec<image::RgbImage> = {
         let pipe = SamplePipeline::from_config(&config, false);
@@ -378,7 +408,11 @@ fn train_export_predict_parity_and_resume() {
         let argmax = |v: &[f32]| vramfit::eval::top_k(v, 1)[0].0;
         let agree = on_gpu.iter().zip(&on_cpu).filter(|(g, c)| argmax(g) == argmax(c)).count();
         assert!(agree as f64 >= 0.995 * test.len() as f64, "{backend:?}: top-1 agrees on {agree}/{}", test.len());
-        let max_diff = on_gpu.iter().zip(&on_cpu).flat_map(|(g, c)| g.iter().zip(c).map(|(a, b)| (a - b).abs())).fold(0f32, f32::max);
+        let max_diff = on_gpu
+            .iter()
+            .zip(&on_cpu)
+            .flat_map(|(g, c)| g.iter().zip(c).map(|(a, b)| (a - b).abs()))
+            .fold(0f32, f32::max);
         assert!(max_diff <= 1e-3, "{backend:?}: probabilities differ by {max_diff}");
     }
 }
@@ -394,7 +428,10 @@ fn an_impossible_batch_is_refused_before_training_with_the_numbers() {
     let req = TrainRequest::new(config.clone(), dir.path().join("run"));
     let err = train::train(&req, &device, &splits, &mut |_e| {}, &StopSignal::new()).unwrap_err();
     let msg = err.to_string();
-    assert!(matches!(err, Error::Memory(_)) && msg.contains("does not fit by") && msg.contains("train.batch_size ="), "{msg}");
+    assert!(
+        matches!(err, Error::Memory(_)) && msg.contains("does not fit by") && msg.contains("train.batch_size ="),
+        "{msg}"
+    );
     assert!(!dir.path().join("run/checkpoints").exists(), "nothing ran");
     // With --auto-fit the same request trains at the largest fitting micro-batch.
     let plan = vramfit::memory::plan(&config, 10);
@@ -403,11 +440,17 @@ fn an_impossible_batch_is_refused_before_training_with_the_numbers() {
     req.auto_fit = true;
     req.max_steps = Some(1);
     let mut adapted = Vec::new();
-    let s = train::train(&req, &device, &splits, &mut |e| {
-        if let Event::BatchAdapted { batch_size, grad_accum_steps, .. } = e {
-            adapted.push((batch_size, grad_accum_steps))
-        }
-    }, &StopSignal::new())
+    let s = train::train(
+        &req,
+        &device,
+        &splits,
+        &mut |e| {
+            if let Event::BatchAdapted { batch_size, grad_accum_steps, .. } = e {
+                adapted.push((batch_size, grad_accum_steps))
+            }
+        },
+        &StopSignal::new(),
+    )
     .unwrap();
     assert_eq!(adapted.first(), Some(&(plan.max_batch_size, plan.grad_accum_for_max)));
     // A later adaptation (the measured peak crossing the budget) halves the micro-batch and
@@ -431,7 +474,10 @@ fn a_huge_learning_rate_gets_the_nan_diagnosis() {
     let mut req = TrainRequest::new(config, dir.path().join("run"));
     req.max_steps = Some(40);
     let err = train::train(&req, &device, &splits, &mut |_e| {}, &StopSignal::new()).unwrap_err().to_string();
-    assert!(err.contains("non-finite") && err.contains("learning rate too high") && err.contains("optimizer.lr"), "{err}");
+    assert!(
+        err.contains("non-finite") && err.contains("learning rate too high") && err.contains("optimizer.lr"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -524,7 +570,11 @@ fn snapshot(harness: &mut egui_kittest::Harness<'_, vramfit::gui::VramfitApp>, n
     img.save(dir.join(format!("{name}.png"))).unwrap();
 }
 
-fn step_until(harness: &mut egui_kittest::Harness<'_, vramfit::gui::VramfitApp>, what: &str, done: impl Fn(&vramfit::gui::VramfitApp) -> bool) {
+fn step_until(
+    harness: &mut egui_kittest::Harness<'_, vramfit::gui::VramfitApp>,
+    what: &str,
+    done: impl Fn(&vramfit::gui::VramfitApp) -> bool,
+) {
     let start = std::time::Instant::now();
     while !done(harness.state()) {
         assert!(start.elapsed().as_secs() < 600, "timed out waiting for {what}; status {}", harness.state().status);

@@ -118,7 +118,8 @@ pub fn train(args: TrainArgs) -> anyhow::Result<ExitCode> {
     let out = args.out.clone().unwrap_or_else(super::default_run_dir);
     let config = if args.resume {
         let path = out.join("config.toml");
-        Config::load(&path).with_context(|| format!("--resume needs the run folder given with --out ({})", out.display()))?
+        Config::load(&path)
+            .with_context(|| format!("--resume needs the run folder given with --out ({})", out.display()))?
     } else {
         args.config.load()?
     };
@@ -208,8 +209,23 @@ pub fn eval(args: EvalArgs) -> anyhow::Result<ExitCode> {
         bail!("the dataset's classes {:?} differ from the model's {:?}", ds.class_names, loaded.metadata.class_names);
     }
     let pipe = std::sync::Arc::new(crate::loader::SamplePipeline::from_config(&config, false));
-    let r = crate::eval::evaluate(&loaded.model, std::sync::Arc::new(ds), pipe, &device.device, args.batch_size, crate::config::Precision::F32, 0)?;
-    println!("{} images on {}: top-1 {:.2}%  top-5 {:.2}%  loss {:.4}", r.samples, device.name, r.top1 * 100.0, r.top5 * 100.0, r.loss);
+    let r = crate::eval::evaluate(
+        &loaded.model,
+        std::sync::Arc::new(ds),
+        pipe,
+        &device.device,
+        args.batch_size,
+        crate::config::Precision::F32,
+        0,
+    )?;
+    println!(
+        "{} images on {}: top-1 {:.2}%  top-5 {:.2}%  loss {:.4}",
+        r.samples,
+        device.name,
+        r.top1 * 100.0,
+        r.top5 * 100.0,
+        r.loss
+    );
     let width = r.class_names.iter().map(|c| c.chars().count()).max().unwrap_or(5).max(5);
     println!("\n{:width$}  accuracy", "class");
     for (name, acc) in r.class_names.iter().zip(r.per_class_accuracy()) {
@@ -260,7 +276,8 @@ pub fn predict(args: PredictArgs) -> anyhow::Result<ExitCode> {
         match result {
             Ok(top) if args.json => println!("{}", serde_json::json!({ "file": path, "top": top })),
             Ok(top) => {
-                let line: Vec<String> = top.iter().map(|c| format!("{} {:.1}%", c.name, c.probability * 100.0)).collect();
+                let line: Vec<String> =
+                    top.iter().map(|c| format!("{} {:.1}%", c.name, c.probability * 100.0)).collect();
                 println!("{}: {}", path.display(), line.join(", "));
             }
             Err(e) => {
@@ -302,7 +319,13 @@ pub fn plan_report(config: &Config, classes: usize) -> String {
     row("f16 weight copies", e.weight_casts);
     row("input batch", e.input_batch);
     for (i, a) in e.activations_per_stage.iter().enumerate() {
-        let name = if i == 0 { "activations: stem".to_string() } else if i == e.activations_per_stage.len() - 1 { "activations: head".into() } else { format!("activations: stage {i}") };
+        let name = if i == 0 {
+            "activations: stem".to_string()
+        } else if i == e.activations_per_stage.len() - 1 {
+            "activations: head".into()
+        } else {
+            format!("activations: stage {i}")
+        };
         row(&name, *a);
     }
     row("workspace (largest op)", e.workspace);
@@ -332,7 +355,9 @@ pub fn devices() -> anyhow::Result<ExitCode> {
     let adapters = device::list_adapters();
     let default = device::default_adapter(&adapters);
     if adapters.is_empty() {
-        println!("no GPU adapter found; commands run on the CPU (burn flex). Install a Vulkan driver (e.g. mesa-vulkan-drivers) for a GPU or software adapter.");
+        println!(
+            "no GPU adapter found; commands run on the CPU (burn flex). Install a Vulkan driver (e.g. mesa-vulkan-drivers) for a GPU or software adapter."
+        );
     }
     for a in &adapters {
         println!(
@@ -374,7 +399,12 @@ pub fn export(args: ExportArgs) -> anyhow::Result<ExitCode> {
     let path = dir.join("model.bpk");
     let bytes = std::fs::read(&path).with_context(|| path.display().to_string())?;
     crate::checkpoint::load_model_bytes(&mut model, bytes, &path)?;
-    let info = crate::export::TrainingInfo { epochs: state.epoch, steps: state.global_step, val_accuracy: Some(state.best_val_accuracy), device: String::new() };
+    let info = crate::export::TrainingInfo {
+        epochs: state.epoch,
+        steps: state.global_step,
+        val_accuracy: Some(state.best_val_accuracy),
+        device: String::new(),
+    };
     let out = args.out.unwrap_or_else(|| args.run.join("export"));
     for f in crate::export::export(&model, &config, &state.class_names, &info, &out)? {
         println!("wrote {}", f.display());
@@ -413,20 +443,34 @@ pub struct BenchArgs {
 pub fn bench(args: BenchArgs) -> anyhow::Result<ExitCode> {
     let rows_json = match args.what.as_str() {
         "train" => {
-            let names = if args.configs.is_empty() { vec!["quickstart".into(), "4gb".into(), "6gb".into(), "8gb".into(), "12gb".into()] } else { args.configs.clone() };
+            let names = if args.configs.is_empty() {
+                vec!["quickstart".into(), "4gb".into(), "6gb".into(), "8gb".into(), "12gb".into()]
+            } else {
+                args.configs.clone()
+            };
             let mut configs = Vec::new();
             for n in &names {
                 configs.push(super::load_config(n)?);
             }
-            let rows = crate::bench::bench_train(&configs, &args.backends, args.device.adapter, args.warmup, args.steps, &mut |line| eprintln!("{line}"))?;
+            let rows = crate::bench::bench_train(
+                &configs,
+                &args.backends,
+                args.device.adapter,
+                args.warmup,
+                args.steps,
+                &mut |line| eprintln!("{line}"),
+            )?;
             println!("{}", crate::bench::train_table(&rows));
             serde_json::to_string_pretty(&rows)?
         }
         _ => {
             let device = select_device(&args.device)?;
             let base = super::load_config(args.configs.first().map_or("quickstart", String::as_str))?;
-            let grid = crate::bench::MemoryGrid::named(&args.grid).ok_or_else(|| anyhow::anyhow!("--grid must be small or full"))?;
-            let rows = crate::bench::bench_memory(&base, &device, &grid, args.steps.min(3).max(1), &mut |line| eprintln!("{line}"))?;
+            let grid = crate::bench::MemoryGrid::named(&args.grid)
+                .ok_or_else(|| anyhow::anyhow!("--grid must be small or full"))?;
+            let rows = crate::bench::bench_memory(&base, &device, &grid, args.steps.min(3).max(1), &mut |line| {
+                eprintln!("{line}")
+            })?;
             println!("adapter: {}\n{}", device.name, crate::bench::memory_table(&rows));
             serde_json::to_string_pretty(&rows)?
         }
@@ -454,7 +498,11 @@ pub fn info(args: InfoArgs) -> anyhow::Result<ExitCode> {
     let flops = model::forward_flops(&plan);
     println!("config {}: {} classes, {px}x{px} input", config.name, args.classes);
     println!("parameters: {} ({:.2}M)", model::param_count(&plan), model::param_count(&plan) as f64 / 1e6);
-    println!("FLOPs per image: forward {:.3} GFLOP, training step ~{:.3} GFLOP (forward + 2x backward)", flops as f64 / 1e9, 3.0 * flops as f64 / 1e9);
+    println!(
+        "FLOPs per image: forward {:.3} GFLOP, training step ~{:.3} GFLOP (forward + 2x backward)",
+        flops as f64 / 1e9,
+        3.0 * flops as f64 / 1e9
+    );
     println!("\n{:<14}{:<11}{:>8}{:>8}{:>16}{:>12}", "layer", "kind", "stride", "params", "output", "MFLOPs");
     let mut stage = usize::MAX;
     for l in &plan {
@@ -462,8 +510,20 @@ pub fn info(args: InfoArgs) -> anyhow::Result<ExitCode> {
             stage = l.stage;
             println!("-- stage {stage}");
         }
-        let out = if l.kind == LayerKind::Head { format!("[{}]", l.out_channels) } else { format!("[{}, {}, {}]", l.out_channels, l.out_hw.0, l.out_hw.1) };
-        println!("{:<14}{:<11}{:>8}{:>8}{:>16}{:>12.2}", l.name, format!("{:?}", l.kind), l.stride, l.params(), out, 2.0 * l.macs() as f64 / 1e6);
+        let out = if l.kind == LayerKind::Head {
+            format!("[{}]", l.out_channels)
+        } else {
+            format!("[{}, {}, {}]", l.out_channels, l.out_hw.0, l.out_hw.1)
+        };
+        println!(
+            "{:<14}{:<11}{:>8}{:>8}{:>16}{:>12.2}",
+            l.name,
+            format!("{:?}", l.kind),
+            l.stride,
+            l.params(),
+            out,
+            2.0 * l.macs() as f64 / 1e6
+        );
     }
     Ok(ExitCode::SUCCESS)
 }

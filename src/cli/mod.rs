@@ -23,7 +23,11 @@ pub const PRESETS: [(&str, &str); 6] = [
 ];
 
 #[derive(Parser, Debug)]
-#[command(name = "vramfit", version, about = "Train small image classifiers on any GPU with memory you can predict before you press Train")]
+#[command(
+    name = "vramfit",
+    version,
+    about = "Train small image classifiers on any GPU with memory you can predict before you press Train"
+)]
 struct Cli {
     /// Without a command the desktop app opens.
     #[command(subcommand)]
@@ -236,7 +240,10 @@ pub fn default_run_dir() -> PathBuf {
 /// Entry point of the `vramfit` binary.
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
-    let _ = tracing_subscriber::fmt().with_env_filter(tracing_subscriber::EnvFilter::from_default_env()).with_writer(std::io::stderr).try_init();
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_writer(std::io::stderr)
+        .try_init();
     let Some(command) = cli.command else {
         return match crate::gui::run() {
             Ok(()) => ExitCode::SUCCESS,
@@ -290,7 +297,13 @@ mod tests {
 
     #[test]
     fn flags_override_the_preset() {
-        let args = ConfigArgs { config: "quickstart".into(), epochs: Some(3), crop_size: Some(24), budget: Some("1GiB".into()), ..Default::default() };
+        let args = ConfigArgs {
+            config: "quickstart".into(),
+            epochs: Some(3),
+            crop_size: Some(24),
+            budget: Some("1GiB".into()),
+            ..Default::default()
+        };
         let c = args.load().unwrap();
         assert_eq!(c.train.epochs, 3);
         assert_eq!(c.data.preprocess.crop_size, 24);

@@ -37,7 +37,15 @@ impl Renderer {
     /// Renders one event.
     pub fn handle(&mut self, event: &Event, epochs: &mut usize) {
         match event {
-            Event::Started { device, out_dir, start_epoch, epochs: e, steps_per_epoch, samples, predicted_peak_bytes } => {
+            Event::Started {
+                device,
+                out_dir,
+                start_epoch,
+                epochs: e,
+                steps_per_epoch,
+                samples,
+                predicted_peak_bytes,
+            } => {
                 *epochs = *e;
                 self.steps_per_epoch = *steps_per_epoch;
                 eprintln!(
@@ -56,7 +64,10 @@ impl Renderer {
                 if let Some(b) = &self.bar {
                     let pos = if self.steps_per_epoch > 0 { (*step - 1) % self.steps_per_epoch + 1 } else { *step };
                     b.set_position(pos as u64);
-                    b.set_message(format!("loss {loss:.4} acc {:.1}% lr {lr:.2e} {images_per_sec:.0} img/s", accuracy * 100.0));
+                    b.set_message(format!(
+                        "loss {loss:.4} acc {:.1}% lr {lr:.2e} {images_per_sec:.0} img/s",
+                        accuracy * 100.0
+                    ));
                 }
             }
             Event::Memory { bytes_in_use, bytes_reserved, peak_bytes_in_use, .. } => {
@@ -85,7 +96,9 @@ impl Renderer {
             }
             Event::Info(s) => self.println(s.clone()),
             Event::BatchAdapted { batch_size, grad_accum_steps, reason } => {
-                self.println(format!("memory: micro-batch now {batch_size} x {grad_accum_steps} accumulation steps ({reason})"));
+                self.println(format!(
+                    "memory: micro-batch now {batch_size} x {grad_accum_steps} accumulation steps ({reason})"
+                ));
             }
         }
     }

@@ -148,7 +148,11 @@ impl VramfitApp {
         if self.data_for.as_ref() != Some(&self.settings.data_dir) {
             let path = self.settings.data_dir.clone().unwrap_or_else(dataset::bundled_dataset_dir);
             let c = &self.settings.config;
-            let opts = ScanOptions { val_fraction: c.data.val_fraction, seed: c.seed, allow_empty_classes: c.data.allow_empty_classes };
+            let opts = ScanOptions {
+                val_fraction: c.data.val_fraction,
+                seed: c.seed,
+                allow_empty_classes: c.data.allow_empty_classes,
+            };
             self.data = dataset::open(&path, &opts).map_err(|e| e.to_string());
             self.data_for = Some(self.settings.data_dir.clone());
         }
@@ -211,7 +215,15 @@ impl VramfitApp {
             (self.runs_dir.join(name.file_name().unwrap_or_default()), self.settings.config.clone())
         };
         let ctx = ctx.clone();
-        match TrainingJob::start(config, splits, device, out.clone(), resume, self.max_steps.map(|m| m + self.history.last_step * usize::from(resume)), move || ctx.request_repaint()) {
+        match TrainingJob::start(
+            config,
+            splits,
+            device,
+            out.clone(),
+            resume,
+            self.max_steps.map(|m| m + self.history.last_step * usize::from(resume)),
+            move || ctx.request_repaint(),
+        ) {
             Ok(job) => {
                 self.job = Some(job);
                 self.last_run = Some(out);
@@ -244,7 +256,11 @@ impl VramfitApp {
                 JobEnd::Done(summary) => {
                     self.status = match (&summary.val, summary.stopped) {
                         (_, true) => format!("stopped at step {}; press Resume to continue", summary.global_step),
-                        (Some(v), false) => format!("done: validation accuracy {:.1}% after {} epochs", v.top1 * 100.0, summary.epochs_completed),
+                        (Some(v), false) => format!(
+                            "done: validation accuracy {:.1}% after {} epochs",
+                            v.top1 * 100.0,
+                            summary.epochs_completed
+                        ),
                         (None, false) => "done".into(),
                     };
                     if summary.val.is_some() {
@@ -276,7 +292,12 @@ impl VramfitApp {
         let path = ckpt.join("model.bpk");
         let bytes = std::fs::read(&path).map_err(|e| format!("{}: {e}", path.display()))?;
         crate::checkpoint::load_model_bytes(&mut model, bytes, &path).map_err(|e| e.to_string())?;
-        let info = crate::export::TrainingInfo { epochs: state.epoch, steps: state.global_step, val_accuracy: Some(state.best_val_accuracy), device: String::new() };
+        let info = crate::export::TrainingInfo {
+            epochs: state.epoch,
+            steps: state.global_step,
+            val_accuracy: Some(state.best_val_accuracy),
+            device: String::new(),
+        };
         crate::export::export(&model, &config, &state.class_names, &info, dir).map_err(|e| e.to_string())
     }
 
@@ -316,9 +337,12 @@ impl VramfitApp {
     fn handle_drop(&mut self, files: Vec<egui::DroppedFileHandle>) {
         let paths: Vec<PathBuf> = files.iter().map(|f| f.path().to_path_buf()).collect();
         let Some(first) = paths.first() else { return };
-        let is_dataset = first.is_dir() || crate::idx::find_split(first.parent().unwrap_or(first), "train").is_some() && !dataset::has_image_extension(first);
+        let is_dataset = first.is_dir()
+            || crate::idx::find_split(first.parent().unwrap_or(first), "train").is_some()
+                && !dataset::has_image_extension(first);
         if is_dataset && paths.len() == 1 {
-            self.settings.data_dir = Some(if first.is_dir() { first.clone() } else { first.parent().unwrap_or(first).to_path_buf() });
+            self.settings.data_dir =
+                Some(if first.is_dir() { first.clone() } else { first.parent().unwrap_or(first).to_path_buf() });
             self.refresh();
         } else {
             self.view = View::Predict;
@@ -357,7 +381,11 @@ impl VramfitApp {
             ui.separator();
             ui.label("Dataset");
             ui.horizontal(|ui| {
-                let shown = self.settings.data_dir.as_ref().map_or("bundled Fashion-MNIST subset".into(), |p| p.display().to_string());
+                let shown = self
+                    .settings
+                    .data_dir
+                    .as_ref()
+                    .map_or("bundled Fashion-MNIST subset".into(), |p| p.display().to_string());
                 ui.label(shown);
             });
             ui.horizontal(|ui| {
@@ -373,7 +401,12 @@ impl VramfitApp {
             match &self.data {
                 Ok(d) => {
                     let counts = d.train.class_counts();
-                    ui.label(format!("{} classes, {} train / {} validation images", d.train.class_names.len(), d.train.samples.len(), d.val.samples.len()));
+                    ui.label(format!(
+                        "{} classes, {} train / {} validation images",
+                        d.train.class_names.len(),
+                        d.train.samples.len(),
+                        d.val.samples.len()
+                    ));
                     egui::CollapsingHeader::new("classes").show(ui, |ui| {
                         for (name, n) in d.train.class_names.iter().zip(counts) {
                             ui.label(format!("{name}: {n}"));
@@ -442,8 +475,11 @@ impl VramfitApp {
     fn estimate_ui(&self, ui: &mut egui::Ui) {
         ui.label("Memory estimate");
         let fraction = self.plan.estimate.total as f32 / self.plan.budget_bytes.max(1) as f32;
-        let color = if self.plan.fits { egui::Color32::from_rgb(60, 160, 90) } else { egui::Color32::from_rgb(200, 60, 60) };
-        ui.add(egui::ProgressBar::new(fraction.min(1.0)).fill(color).text(format!("{:.0}% of budget", fraction * 100.0)));
+        let color =
+            if self.plan.fits { egui::Color32::from_rgb(60, 160, 90) } else { egui::Color32::from_rgb(200, 60, 60) };
+        ui.add(
+            egui::ProgressBar::new(fraction.min(1.0)).fill(color).text(format!("{:.0}% of budget", fraction * 100.0)),
+        );
         ui.label(self.estimate_text());
         let e = &self.plan.estimate;
         ui.small(format!(
@@ -455,7 +491,10 @@ impl VramfitApp {
             human_bytes(e.allocator_overhead)
         ));
         if !self.plan.fits && self.plan.max_batch_size > 0 {
-            ui.small(format!("largest batch that fits: {} (with accumulation {})", self.plan.max_batch_size, self.plan.grad_accum_for_max));
+            ui.small(format!(
+                "largest batch that fits: {} (with accumulation {})",
+                self.plan.max_batch_size, self.plan.grad_accum_for_max
+            ));
         }
     }
 
@@ -493,7 +532,9 @@ impl VramfitApp {
         });
         let height = (ui.available_height() / 2.0 - 24.0).max(120.0);
         let width = (ui.available_width() / 2.0 - 8.0).max(160.0);
-        let plot = |id: &str| Plot::new(id.to_owned()).legend(Legend::default()).height(height).width(width).x_axis_label("step");
+        let plot = |id: &str| {
+            Plot::new(id.to_owned()).legend(Legend::default()).height(height).width(width).x_axis_label("step")
+        };
         let line = |name: &str, pts: &Vec<[f64; 2]>| Line::new(name.to_owned(), PlotPoints::from(pts.clone()));
         ui.horizontal(|ui| {
             plot("loss").show(ui, |p| {
@@ -528,7 +569,12 @@ impl VramfitApp {
             ui.label("No evaluation yet: it runs after each epoch.");
             return;
         };
-        ui.label(format!("top-1 {:.2}%  top-5 {:.2}%  on {} images", eval.top1 * 100.0, eval.top5 * 100.0, eval.samples));
+        ui.label(format!(
+            "top-1 {:.2}%  top-5 {:.2}%  on {} images",
+            eval.top1 * 100.0,
+            eval.top5 * 100.0,
+            eval.samples
+        ));
         egui::Grid::new("per_class").striped(true).show(ui, |ui| {
             for (name, acc) in eval.class_names.iter().zip(eval.per_class_accuracy()) {
                 ui.label(name);
@@ -546,7 +592,10 @@ impl VramfitApp {
             for (j, v) in row.iter().enumerate() {
                 let t = *v as f32 / total;
                 let color = egui::Color32::from_rgb((255.0 * (1.0 - t)) as u8, (255.0 * (1.0 - t * 0.6)) as u8, 255);
-                let r = egui::Rect::from_min_size(rect.min + egui::vec2(j as f32 * cell, i as f32 * cell), egui::vec2(cell - 1.0, cell - 1.0));
+                let r = egui::Rect::from_min_size(
+                    rect.min + egui::vec2(j as f32 * cell, i as f32 * cell),
+                    egui::vec2(cell - 1.0, cell - 1.0),
+                );
                 painter.rect_filled(r, 0.0, color);
             }
         }
@@ -577,7 +626,8 @@ fn knobs_ui(ui: &mut egui::Ui, c: &mut Config, f16_ok: bool) {
         ui.label("precision");
         ui.radio_value(&mut c.train.precision, Precision::F32, "f32");
         ui.add_enabled_ui(f16_ok, |ui| {
-            ui.radio_value(&mut c.train.precision, Precision::F16, "f16").on_disabled_hover_text("this device has no shader f16");
+            ui.radio_value(&mut c.train.precision, Precision::F16, "f16")
+                .on_disabled_hover_text("this device has no shader f16");
         });
     });
     if !f16_ok && c.train.precision == Precision::F16 {
@@ -625,16 +675,23 @@ impl eframe::App for VramfitApp {
 pub fn run() -> anyhow::Result<()> {
     let adapter_name = device::list_adapters().first().map_or("CPU".to_string(), |a| a.name.clone());
     let options = eframe::NativeOptions {
-        viewport: egui::ViewportBuilder::default().with_inner_size([1280.0, 820.0]).with_title(format!("vramfit — {adapter_name}")),
+        viewport: egui::ViewportBuilder::default()
+            .with_inner_size([1280.0, 820.0])
+            .with_title(format!("vramfit — {adapter_name}")),
         ..Default::default()
     };
     eframe::run_native(
         "vramfit",
         options,
         Box::new(|cc| {
-            let settings = cc.storage.and_then(|s| eframe::get_value::<Settings>(s, eframe::APP_KEY)).unwrap_or_default();
+            let settings =
+                cc.storage.and_then(|s| eframe::get_value::<Settings>(s, eframe::APP_KEY)).unwrap_or_default();
             Ok(Box::new(VramfitApp::new(settings)))
         }),
     )
-    .map_err(|e| anyhow::anyhow!("cannot open the window: {e}; use the command line (vramfit --help) on machines without a display"))
+    .map_err(|e| {
+        anyhow::anyhow!(
+            "cannot open the window: {e}; use the command line (vramfit --help) on machines without a display"
+        )
+    })
 }

@@ -36,7 +36,9 @@ impl PredictView {
     /// Predicts `paths` with the current weights on `device`.
     pub fn add_files(&mut self, paths: Vec<PathBuf>, choice: DeviceChoice, last_run: Option<&Path>) {
         let Some(model) = self.model_dir(last_run) else {
-            self.error = Some("no model yet: train one, or choose exported weights (.bpk / .safetensors with model.json)".into());
+            self.error = Some(
+                "no model yet: train one, or choose exported weights (.bpk / .safetensors with model.json)".into(),
+            );
             return;
         };
         let device = match device::select(choice) {
@@ -60,7 +62,9 @@ impl PredictView {
                 let t = image::imageops::thumbnail(img, 96, 96);
                 egui::ColorImage::from_rgb([t.width() as usize, t.height() as usize], t.as_raw())
             });
-            let result = loaded.map_err(|e| e.to_string()).and_then(|img| predictor.predict_image(&img, 5).map_err(|e| e.to_string()));
+            let result = loaded
+                .map_err(|e| e.to_string())
+                .and_then(|img| predictor.predict_image(&img, 5).map_err(|e| e.to_string()));
             self.predictions.insert(0, Prediction { path, result, thumbnail, texture: None });
         }
     }
@@ -92,7 +96,11 @@ impl PredictView {
             for p in &mut self.predictions {
                 ui.horizontal(|ui| {
                     if let (None, Some(img)) = (&p.texture, &p.thumbnail) {
-                        p.texture = Some(ui.ctx().load_texture(p.path.display().to_string(), img.clone(), egui::TextureOptions::LINEAR));
+                        p.texture = Some(ui.ctx().load_texture(
+                            p.path.display().to_string(),
+                            img.clone(),
+                            egui::TextureOptions::LINEAR,
+                        ));
                     }
                     match &p.texture {
                         Some(t) => {
@@ -107,7 +115,11 @@ impl PredictView {
                         match &p.result {
                             Ok(top) => {
                                 for c in top {
-                                    ui.add(egui::ProgressBar::new(c.probability).desired_width(240.0).text(format!("{} {:.1}%", c.name, c.probability * 100.0)));
+                                    ui.add(egui::ProgressBar::new(c.probability).desired_width(240.0).text(format!(
+                                        "{} {:.1}%",
+                                        c.name,
+                                        c.probability * 100.0
+                                    )));
                                 }
                             }
                             Err(e) => {
