@@ -143,6 +143,28 @@ impl VramfitApp {
         }
     }
 
+    /// Loads a `configs/`-style TOML file into the sliders.
+    pub fn load_preset_file(&mut self, path: &std::path::Path) {
+        match Config::load(path) {
+            Ok(c) => {
+                self.settings.preset = c.name.clone();
+                self.settings.config = c;
+                self.refresh();
+            }
+            Err(e) => self.error = Some(e.to_string()),
+        }
+    }
+
+    /// Saves the sliders as a `configs/`-style TOML file (atomically).
+    pub fn save_preset_file(&mut self, path: &std::path::Path) {
+        let mut c = self.settings.config.clone();
+        c.name = path.file_stem().map_or("custom".into(), |s| s.to_string_lossy().to_string());
+        match crate::checkpoint::write_atomic(path, c.to_toml().as_bytes()) {
+            Ok(()) => self.status = format!("preset saved to {}", path.display()),
+            Err(e) => self.error = Some(e.to_string()),
+        }
+    }
+
     /// Recomputes what depends on the settings (dataset scan, memory plan) when they changed.
     pub fn refresh(&mut self) {
         if self.data_for.as_ref() != Some(&self.settings.data_dir) {
@@ -437,6 +459,18 @@ impl VramfitApp {
                     .labelled_by(label.id);
                 if let Some(name) = chosen {
                     self.select_preset(name);
+                }
+            });
+            ui.horizontal(|ui| {
+                if ui.button("Load preset…").clicked() {
+                    if let Some(path) = rfd::FileDialog::new().add_filter("config", &["toml"]).pick_file() {
+                        self.load_preset_file(&path);
+                    }
+                }
+                if ui.button("Save preset…").clicked() {
+                    if let Some(path) = rfd::FileDialog::new().set_file_name("custom.toml").save_file() {
+                        self.save_preset_file(&path);
+                    }
                 }
             });
             let f16_ok = self.f16_available();
