@@ -112,3 +112,13 @@ impl StopSignal {
         self.0.load(Ordering::SeqCst)
     }
 }
+
+/// The message of a caught panic (the payload of `JoinHandle::join`'s error), for the thread
+/// edges that turn an engine panic into an error message.
+pub fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    payload
+        .downcast_ref::<String>()
+        .cloned()
+        .or_else(|| payload.downcast_ref::<&str>().map(|s| s.to_string()))
+        .unwrap_or_else(|| "unknown panic".into())
+}

@@ -104,11 +104,7 @@ fn run_engine<T: Send + 'static>(
     match handle.join() {
         Ok(result) => Ok(result?),
         Err(panic) => {
-            let msg = panic
-                .downcast_ref::<String>()
-                .cloned()
-                .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
-                .unwrap_or_else(|| "unknown panic".into());
+            let msg = crate::events::panic_message(panic.as_ref());
             bail!("the engine crashed ({msg}); the last checkpoint is intact: rerun with --resume --out <run folder>")
         }
     }

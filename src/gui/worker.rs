@@ -84,11 +84,7 @@ impl TrainingJob {
             Ok(Ok(summary)) => JobEnd::Done(summary),
             Ok(Err(e)) => JobEnd::Failed(e.to_string()),
             Err(panic) => {
-                let msg = panic
-                    .downcast_ref::<String>()
-                    .cloned()
-                    .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
-                    .unwrap_or_else(|| "unknown".into());
+                let msg = crate::events::panic_message(panic.as_ref());
                 JobEnd::Failed(format!("the engine crashed ({msg}); the last checkpoint is intact, press Resume"))
             }
         })
