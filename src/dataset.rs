@@ -350,6 +350,15 @@ pub fn scan_folder(root: &Path, opts: &ScanOptions) -> Result<(Dataset, ScanRepo
     Ok((dataset, report))
 }
 
+/// Image files under `dir` by the scan rules (junk ignored, extensions any case, symlink loops
+/// followed once), sorted.
+pub fn image_files(dir: &Path) -> Vec<PathBuf> {
+    let mut files = Vec::new();
+    walk_class(dir, &mut files, &mut HashSet::new(), &mut ScanReport::default());
+    files.sort();
+    files
+}
+
 fn walk_class(dir: &Path, files: &mut Vec<PathBuf>, visited: &mut HashSet<PathBuf>, report: &mut ScanReport) {
     let Ok(canonical) = dir.canonicalize() else { return };
     if !visited.insert(canonical) {

@@ -114,6 +114,27 @@ pub fn export(
     Ok(vec![bpk, st, json])
 }
 
+/// Exports a run's latest checkpoint (its `config.toml` and `checkpoints/`) into `out`.
+///
+/// # Errors
+/// [`Error::Config`] / [`Error::Io`] naming the file when the run has no config or checkpoint,
+/// or the files cannot be written.
+pub fn export_run(run: &Path, out: &Path) -> Result<Vec<PathBuf>> {
+    let config = Config::load(&run.join("config.toml"))?;
+    let (dir, state) = checkpoint::latest(run)?;
+    let mut model = Classifier::new(&config.model, state.class_names.len(), &Device::flex());
+    let path = dir.join("model.bpk");
+    let bytes = std::fs::read(&path).map_err(|e| Error::io(&path, e))?;
+    checkpoint::load_model_bytes(&mut model, bytes, &path)?;
+    let info = TrainingInfo {
+        epochs: state.epoch,
+        steps: state.global_step,
+        val_accuracy: Some(state.best_val_accuracy),
+        device: String::new(),
+    };
+    export(&model, &config, &state.class_names, &info, out)
+}
+
 /// Weights and metadata loaded back.
 #[derive(Debug)]
 pub struct LoadedModel {

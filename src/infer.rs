@@ -129,28 +129,13 @@ impl Predictor {
     }
 }
 
-/// Image files to predict from arguments: files as given, folders expanded (recursively,
-/// image extensions only, junk ignored), sorted.
+/// Image files to predict from arguments: files as given, folders expanded by the dataset scan
+/// rules ([`crate::dataset::image_files`]), sorted.
 pub fn expand_inputs(inputs: &[PathBuf]) -> Vec<PathBuf> {
     let mut out = Vec::new();
     for p in inputs {
         if p.is_dir() {
-            let mut stack = vec![p.clone()];
-            while let Some(d) = stack.pop() {
-                let Ok(entries) = std::fs::read_dir(&d) else { continue };
-                for e in entries.flatten() {
-                    let path = e.path();
-                    let name = e.file_name().to_string_lossy().to_string();
-                    if crate::dataset::is_junk(&name) {
-                        continue;
-                    }
-                    if path.is_dir() {
-                        stack.push(path);
-                    } else if crate::dataset::has_image_extension(&path) {
-                        out.push(path);
-                    }
-                }
-            }
+            out.extend(crate::dataset::image_files(p));
         } else {
             out.push(p.clone());
         }

@@ -388,21 +388,8 @@ pub struct ExportArgs {
 }
 
 pub fn export(args: ExportArgs) -> anyhow::Result<ExitCode> {
-    let config = Config::load(&args.run.join("config.toml"))?;
-    let (dir, state) = crate::checkpoint::latest(&args.run)?;
-    let device = burn::tensor::Device::flex();
-    let mut model = crate::model::Classifier::new(&config.model, state.class_names.len(), &device);
-    let path = dir.join("model.bpk");
-    let bytes = std::fs::read(&path).with_context(|| path.display().to_string())?;
-    crate::checkpoint::load_model_bytes(&mut model, bytes, &path)?;
-    let info = crate::export::TrainingInfo {
-        epochs: state.epoch,
-        steps: state.global_step,
-        val_accuracy: Some(state.best_val_accuracy),
-        device: String::new(),
-    };
     let out = args.out.unwrap_or_else(|| args.run.join("export"));
-    for f in crate::export::export(&model, &config, &state.class_names, &info, &out)? {
+    for f in crate::export::export_run(&args.run, &out)? {
         println!("wrote {}", f.display());
     }
     Ok(ExitCode::SUCCESS)

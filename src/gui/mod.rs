@@ -307,20 +307,7 @@ impl VramfitApp {
     /// A message when there is no run or the files cannot be written.
     pub fn export_to(&self, dir: &std::path::Path) -> Result<Vec<PathBuf>, String> {
         let run = self.last_run.as_ref().ok_or("train a model first")?;
-        let config = Config::load(&run.join("config.toml")).map_err(|e| e.to_string())?;
-        let (ckpt, state) = crate::checkpoint::latest(run).map_err(|e| e.to_string())?;
-        let device = burn::tensor::Device::flex();
-        let mut model = crate::model::Classifier::new(&config.model, state.class_names.len(), &device);
-        let path = ckpt.join("model.bpk");
-        let bytes = std::fs::read(&path).map_err(|e| format!("{}: {e}", path.display()))?;
-        crate::checkpoint::load_model_bytes(&mut model, bytes, &path).map_err(|e| e.to_string())?;
-        let info = crate::export::TrainingInfo {
-            epochs: state.epoch,
-            steps: state.global_step,
-            val_accuracy: Some(state.best_val_accuracy),
-            device: String::new(),
-        };
-        crate::export::export(&model, &config, &state.class_names, &info, dir).map_err(|e| e.to_string())
+        crate::export::export_run(run, dir).map_err(|e| e.to_string())
     }
 
     /// Draws one frame (the whole window).
