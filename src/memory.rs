@@ -25,11 +25,12 @@
 //! | precision | checkpointing | s (bytes) | residual (bytes) | why |
 //! |---|---|---|---|---|
 //! | f32 | off | 15.2 | 4 | the four tensors above, one partly shared |
-//! | f16 | off | 11.5 | 2 | conv and activation tensors in f16, GroupNorm's f32 statistics path kept |
+//! | f16 | off | 5.6 | 2 | three f16 tensors: conv input, GroupNorm's rescaled input `z`, activation input ([`crate::model::group_norm_f16`]) |
 //! | f32 | on | 4.0 | 0 | only the convolution outputs (compute-bound ops) are kept |
-//! | f16 | on | 5.65 | 0 | the f16 outputs plus the f32 casts feeding GroupNorm, which burn keeps |
+//! | f16 | on | 3.95 | 0 | the f16 convolution outputs plus GroupNorm's small f32 statistics |
 //!
-//! Note the last row: with burn 0.22 checkpointing keeps less in f32 than in f16.
+//! Activation memory in f16 is 5.6 / 15.2 = 0.37 of f32's per layer (0.41 with the residual terms,
+//! `vramfit bench memory`); with checkpointing both precisions keep about 4 bytes.
 
 use serde::Serialize;
 
@@ -82,9 +83,9 @@ impl MemoryEstimate {
 pub fn saved_bytes_per_elem(precision: Precision, checkpointing: bool) -> (f64, f64) {
     match (precision, checkpointing) {
         (Precision::F32, false) => (15.2, 4.0),
-        (Precision::F16, false) => (11.5, 2.0),
+        (Precision::F16, false) => (5.6, 2.0),
         (Precision::F32, true) => (4.0, 0.0),
-        (Precision::F16, true) => (5.65, 0.0),
+        (Precision::F16, true) => (3.95, 0.0),
     }
 }
 

@@ -461,6 +461,46 @@ fn an_impossible_batch_is_refused_before_training_with_the_numbers() {
     assert_eq!(s.global_step, 1);
 }
 
+/// The f16 GroupNorm (one f16 tensor kept for backward) computes burn's f32 GroupNorm: values,
+/// input gradients and gamma/beta gradients agree to f16 precision, also for inputs whose squares
+/// overflow f16 (mean 300).
+#[test]
+fn f16_group_norm_matches_burns_group_norm_in_value_and_gradient() {
+    use burn::nn::GroupNormConfig;
+    use burn::tensor::{Distribution, FloatDType, Tensor};
+    let device = gpu();
+    assert!(device.supports_f16(), "lavapipe has shader f16");
+    let ad = device.device.clone().autodiff();
+    for (mean, std) in [(0.5, 1.0), (300.0, 40.0)] {
+        let mut norm = GroupNormConfig::new(4, 8).init(&ad);
+        let random = |mean: f64| Tensor::<1>::random([8], Distribution::Normal(mean, 0.5), &ad);
+        norm.gamma = norm.gamma.map(|p| p.map(|_| random(1.0).require_grad()));
+        norm.beta = norm.beta.map(|p| p.map(|_| random(0.0).require_grad()));
+        let x = Tensor::<4>::random([2, 8, 5, 7], Distribution::Normal(mean, std), &ad);
+        let w = Tensor::<4>::random([2, 8, 5, 7], Distribution::Normal(0.0, 1.0), &ad);
+        let run = |f16: bool| {
+            let x = x.clone().detach().require_grad();
+            let y = if f16 {
+                vramfit::model::group_norm_f16(x.clone().cast(FloatDType::F16), &norm).cast(FloatDType::F32)
+            } else {
+                norm.forward(x.clone())
+            };
+            let grads = (y.clone() * w.clone()).sum().backward();
+            let gx = x.grad(&grads).unwrap();
+            let gg = norm.gamma.as_ref().unwrap().val().grad(&grads).unwrap();
+            let gb = norm.beta.as_ref().unwrap().val().grad(&grads).unwrap();
+            let vec = |d: burn::tensor::TensorData| d.try_to_vec::<f32>().unwrap();
+            [vec(y.into_data()), vec(gx.into_data()), vec(gg.into_data()), vec(gb.into_data())]
+        };
+        let (want, got) = (run(false), run(true));
+        for (what, (a, b)) in ["output", "input gradient", "gamma gradient", "beta gradient"].iter().zip(want.iter().zip(&got)) {
+            let scale = a.iter().fold(0f32, |m, v| m.max(v.abs())).max(1e-3);
+            let worst = a.iter().zip(b).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+            assert!(worst <= 0.02 * scale, "{what} at mean {mean}: worst |diff| {worst} vs scale {scale}");
+        }
+    }
+}
+
 #[test]
 fn a_huge_learning_rate_gets_the_nan_diagnosis() {
     let device = device::select(DeviceChoice::Cpu(CpuBackend::Flex)).unwrap();
