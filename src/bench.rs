@@ -190,8 +190,8 @@ pub struct MemoryGrid {
 
 impl MemoryGrid {
     /// `full`: batch {4, 8, 16, 32} x {64, 128, 224} px x {f32, f16} x checkpointing {off, on};
-    /// `small`: batch {4, 8} x {32, 64} px x {f32, f16} x {off, on}; `tiny`: batch 8, 64 px, f32,
-    /// checkpointing off and on (the CI test on a software adapter).
+    /// `small`: batch {4, 8} x {32, 64} px x {f32, f16} x {off, on}; `tiny`: batch 8, 64 px, f32 and
+    /// f16, checkpointing off and on (the CI test on a software adapter).
     pub fn named(name: &str) -> Option<Self> {
         match name {
             "full" => Some(Self {
@@ -209,7 +209,7 @@ impl MemoryGrid {
             "tiny" => Some(Self {
                 batch_sizes: vec![8],
                 image_px: vec![64],
-                precisions: vec![Precision::F32],
+                precisions: vec![Precision::F32, Precision::F16],
                 checkpointing: vec![false, true],
             }),
             _ => None,
@@ -236,6 +236,11 @@ pub struct MemoryBenchRow {
     pub measured_reserved_bytes: u64,
     /// Measured peak bytes_in_use (after forward).
     pub measured_in_use_bytes: u64,
+    /// Predicted bytes of activations kept for backward.
+    pub predicted_activation_bytes: u64,
+    /// Measured activations: measured bytes_in_use after forward minus the terms that are not
+    /// activations (parameters, AdamW state, f16 weight copies, input: exact sizes).
+    pub measured_activation_bytes: u64,
     /// (predicted in use - measured in use) / measured in use, in percent: both at the end of the
     /// forward pass, where the training peak begins.
     pub error_percent: f64,
@@ -276,6 +281,8 @@ pub fn bench_memory(
                         predicted_in_use_bytes: est.in_use_after_forward,
                         measured_reserved_bytes: 0,
                         measured_in_use_bytes: 0,
+                        predicted_activation_bytes: est.activations(),
+                        measured_activation_bytes: 0,
                         error_percent: f64::NAN,
                         skipped: None,
                     };
@@ -295,6 +302,8 @@ pub fn bench_memory(
                             Ok((_, mem)) => {
                                 row.measured_reserved_bytes = mem.peak_bytes_reserved;
                                 row.measured_in_use_bytes = mem.peak_bytes_in_use;
+                                let fixed = est.in_use_after_forward - est.activations();
+                                row.measured_activation_bytes = mem.peak_bytes_in_use.saturating_sub(fixed);
                                 row.error_percent = (est.in_use_after_forward as f64 - mem.peak_bytes_in_use as f64)
                                     / mem.peak_bytes_in_use.max(1) as f64
                                     * 100.0;

@@ -133,3 +133,22 @@ pub fn latest(run_dir: &Path) -> Result<(PathBuf, TrainState)> {
         .map_err(|e| Error::io(&state_path, e))?;
     Ok((dir, state))
 }
+
+/// The network of a run's newest checkpoint on `device`, with the run's configuration (its
+/// `config.toml`) and state (epoch, step, class names).
+///
+/// # Errors
+/// [`Error::Config`] / [`Error::Io`] naming the file when the run has no config or checkpoint or
+/// the weights do not fit the configuration.
+pub fn load_latest_model(
+    run_dir: &Path,
+    device: &burn::tensor::Device,
+) -> Result<(Classifier, crate::config::Config, TrainState)> {
+    let config = crate::config::Config::load(&run_dir.join("config.toml"))?;
+    let (dir, state) = latest(run_dir)?;
+    let mut model = Classifier::new(&config.model, state.class_names.len(), device);
+    let path = dir.join("model.bpk");
+    let bytes = std::fs::read(&path).map_err(|e| Error::io(&path, e))?;
+    load_model_bytes(&mut model, bytes, &path)?;
+    Ok((model, config, state))
+}

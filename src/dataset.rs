@@ -101,13 +101,19 @@ impl Dataset {
 /// What a scan found besides the samples.
 #[derive(Clone, Debug, Default)]
 pub struct ScanReport {
-    /// Hidden files, OS junk and files with other extensions that were ignored.
-    pub ignored: Vec<PathBuf>,
+    /// Hidden files, OS junk and files with other extensions that were ignored, each with the
+    /// reason ([`IGNORED_JUNK`] or [`IGNORED_EXTENSION`]).
+    pub ignored: Vec<(PathBuf, &'static str)>,
     /// Class folders without images that were skipped (only with `allow_empty_classes`).
     pub empty_classes: Vec<String>,
     /// Symlinked folders skipped because they lead back into the walk.
     pub symlink_loops: Vec<PathBuf>,
 }
+
+/// Why a scan ignored a hidden or OS-junk entry.
+pub const IGNORED_JUNK: &str = "hidden file or OS junk (.DS_Store, Thumbs.db, desktop.ini, __MACOSX, ._*)";
+/// Why a scan ignored a file with another extension.
+pub const IGNORED_EXTENSION: &str = "not an image extension (jpg, jpeg, png, bmp, gif, webp, tif, tiff)";
 
 /// Training and validation data with where they came from.
 #[derive(Clone, Debug)]
@@ -299,13 +305,13 @@ pub fn scan_folder(root: &Path, opts: &ScanOptions) -> Result<(Dataset, ScanRepo
         let name = entry.file_name().to_string_lossy().to_string();
         let path = entry.path();
         if is_junk(&name) {
-            report.ignored.push(path);
+            report.ignored.push((path, IGNORED_JUNK));
         } else if path.is_dir() {
             class_dirs.push((name, path));
         } else if has_image_extension(&path) {
             root_images += 1;
         } else {
-            report.ignored.push(path);
+            report.ignored.push((path, IGNORED_EXTENSION));
         }
     }
     if class_dirs.is_empty() {
@@ -370,13 +376,13 @@ fn walk_class(dir: &Path, files: &mut Vec<PathBuf>, visited: &mut HashSet<PathBu
         let name = entry.file_name().to_string_lossy().to_string();
         let path = entry.path();
         if is_junk(&name) {
-            report.ignored.push(path);
+            report.ignored.push((path, IGNORED_JUNK));
         } else if path.is_dir() {
             walk_class(&path, files, visited, report);
         } else if path.is_file() && has_image_extension(&path) {
             files.push(path);
         } else {
-            report.ignored.push(path);
+            report.ignored.push((path, IGNORED_EXTENSION));
         }
     }
 }

@@ -5,7 +5,7 @@
 
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 /// One progress report from training or evaluation.
 #[derive(Clone, Debug, PartialEq)]
@@ -77,6 +77,13 @@ pub enum Event {
     },
     /// Something the user should know that does not stop the run.
     Warning(String),
+    /// A training sample could not be used (undecodable, over the pixel cap) and was left out.
+    SampleSkipped {
+        /// The file (or `file#index` inside an IDX file).
+        source: String,
+        /// Why, with the fix where there is one.
+        reason: String,
+    },
     /// A plain note (e.g. predicted vs measured memory after the first epoch).
     Info(String),
     /// The micro-batch was changed to hold the memory budget.
@@ -109,6 +116,27 @@ impl StopSignal {
     }
     /// Whether a stop was asked for.
     pub fn is_set(&self) -> bool {
+        self.0.load(Ordering::SeqCst)
+    }
+}
+
+/// The memory budget a running job holds to, in bytes, shared with whoever may move it (the
+/// app's budget slider stays live while training). The engine reads it at every memory sample:
+/// when the measured peak is over it, the micro-batch halves (see [`crate::train::train`]).
+#[derive(Clone, Debug)]
+pub struct LiveBudget(Arc<AtomicU64>);
+
+impl LiveBudget {
+    /// A budget of `bytes`.
+    pub fn new(bytes: u64) -> Self {
+        Self(Arc::new(AtomicU64::new(bytes)))
+    }
+    /// Moves the budget to `bytes`; the engine acts on it at its next memory sample.
+    pub fn set(&self, bytes: u64) {
+        self.0.store(bytes, Ordering::SeqCst);
+    }
+    /// The budget now, in bytes.
+    pub fn get(&self) -> u64 {
         self.0.load(Ordering::SeqCst)
     }
 }

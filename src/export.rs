@@ -120,12 +120,7 @@ pub fn export(
 /// [`Error::Config`] / [`Error::Io`] naming the file when the run has no config or checkpoint,
 /// or the files cannot be written.
 pub fn export_run(run: &Path, out: &Path) -> Result<Vec<PathBuf>> {
-    let config = Config::load(&run.join("config.toml"))?;
-    let (dir, state) = checkpoint::latest(run)?;
-    let mut model = Classifier::new(&config.model, state.class_names.len(), &Device::flex());
-    let path = dir.join("model.bpk");
-    let bytes = std::fs::read(&path).map_err(|e| Error::io(&path, e))?;
-    checkpoint::load_model_bytes(&mut model, bytes, &path)?;
+    let (model, config, state) = checkpoint::load_latest_model(run, &Device::flex())?;
     let info = TrainingInfo {
         epochs: state.epoch,
         steps: state.global_step,

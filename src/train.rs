@@ -24,7 +24,7 @@ use crate::dataset::{Dataset, Splits};
 use crate::device::SelectedDevice;
 use crate::error::{Error, Result};
 use crate::eval::{self, EvalResult, batch_tensors};
-use crate::events::{Event, EventSink, StopSignal};
+use crate::events::{Event, EventSink, LiveBudget, StopSignal};
 use crate::loader::{self, Batch, SamplePipeline};
 use crate::memory::{self, MemoryTracker, human_bytes};
 use crate::model::Classifier;
@@ -47,12 +47,23 @@ pub struct TrainRequest {
     pub max_steps: Option<usize>,
     /// Write the export (bpk + safetensors + metadata) when training completes.
     pub export: bool,
+    /// A budget that may move while the run trains (the app's slider); `None` holds to
+    /// `config.memory.memory_budget_bytes`.
+    pub live_budget: Option<LiveBudget>,
 }
 
 impl TrainRequest {
     /// A request with defaults: no resume, no auto-fit, no step cap, export at the end.
     pub fn new(config: Config, out_dir: impl Into<PathBuf>) -> Self {
-        Self { config, out_dir: out_dir.into(), resume: false, auto_fit: false, max_steps: None, export: true }
+        Self {
+            config,
+            out_dir: out_dir.into(),
+            resume: false,
+            auto_fit: false,
+            max_steps: None,
+            export: true,
+            live_budget: None,
+        }
     }
 }
 
@@ -540,7 +551,7 @@ pub fn train(
         for batch in iter {
             batch_index += 1;
             for (source, reason) in &batch.skipped {
-                sink(Event::Warning(format!("skipped {source}: {reason}")));
+                sink(Event::SampleSkipped { source: source.to_string(), reason: reason.to_string() });
             }
             epoch_skipped += batch.skipped.len();
             pending.push(batch);
@@ -612,9 +623,10 @@ pub fn train(
             )?;
             // Budget: when a measured peak crosses it, halve the micro-batch from the next step.
             if sample_now && device.is_gpu() {
+                let budget = req.live_budget.as_ref().map_or(config.memory.memory_budget_bytes, LiveBudget::get);
                 let measured = trainer.tracker.peak_bytes_reserved;
                 let micro = batch_size.div_ceil(trainer.state.split_factor);
-                if measured > config.memory.memory_budget_bytes && micro > 1 {
+                if measured > budget && micro > 1 {
                     trainer.state.split_factor *= 2;
                     trainer.tracker = MemoryTracker::default();
                     trainer.device.memory_cleanup();
@@ -624,7 +636,7 @@ pub fn train(
                         reason: format!(
                             "measured {} crossed the {} budget",
                             human_bytes(measured),
-                            human_bytes(config.memory.memory_budget_bytes)
+                            human_bytes(budget)
                         ),
                     });
                 }

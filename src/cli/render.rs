@@ -94,6 +94,14 @@ impl Renderer {
                     self.println("warning: more warnings follow; see the epoch summaries".into());
                 }
             }
+            Event::SampleSkipped { source, reason } => {
+                self.warnings += 1;
+                if self.warnings <= 20 {
+                    self.println(format!("warning: skipped {source}: {reason}"));
+                } else if self.warnings == 21 {
+                    self.println("warning: more warnings follow; see the epoch summaries".into());
+                }
+            }
             Event::Info(s) => self.println(s.clone()),
             Event::BatchAdapted { batch_size, grad_accum_steps, reason } => {
                 self.println(format!(

@@ -31,6 +31,8 @@ pub struct RunHistory {
     pub epoch: usize,
     /// Warnings and notes, newest last.
     pub log: Vec<String>,
+    /// Training samples left out, with the reason (file, reason).
+    pub skipped_files: Vec<(String, String)>,
 }
 
 const MIB: f64 = 1024.0 * 1024.0;
@@ -71,6 +73,10 @@ impl RunHistory {
             }
             Event::Checkpoint { path } => self.log.push(format!("checkpoint {}", path.display())),
             Event::Warning(w) => self.log.push(format!("warning: {w}")),
+            Event::SampleSkipped { source, reason } => {
+                self.log.push(format!("skipped {source}: {reason}"));
+                self.skipped_files.push((source.clone(), reason.clone()));
+            }
             Event::Info(s) => self.log.push(s.clone()),
             Event::BatchAdapted { batch_size, grad_accum_steps, reason } => {
                 self.log.push(format!("memory: micro-batch {batch_size} x {grad_accum_steps} ({reason})"))

@@ -2,6 +2,7 @@
 //! evaluation, drag-and-drop prediction and export. A thin client of the engine: it edits a
 //! [`Config`], starts [`worker::TrainingJob`]s and draws the [`crate::events::Event`]s they send.
 
+mod frame_time;
 mod history;
 mod predict;
 mod worker;
@@ -17,9 +18,10 @@ use crate::dataset::{self, ScanOptions, Splits};
 use crate::device::{self, AdapterInfo, CpuBackend, DeviceChoice};
 use crate::memory::{self, Plan, human_bytes};
 use crate::preprocess::PreprocessMode;
+pub use frame_time::{FRAME_BUDGET_MS, FrameTimes};
 pub use history::RunHistory;
 pub use predict::PredictView;
-use worker::{JobEnd, TrainingJob};
+use worker::{EvalJob, JobEnd, TrainingJob};
 
 /// Settings kept between launches (eframe persistence).
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -80,8 +82,12 @@ pub struct VramfitApp {
     pub view: View,
     /// Prediction state.
     pub predict: PredictView,
-    /// Last evaluation (after each epoch).
+    /// Last evaluation (after each epoch, or on demand).
     pub evaluation: Option<crate::eval::EvalResult>,
+    eval_job: Option<EvalJob>,
+    /// Frame times (status bar; `benches/frame_time.rs`).
+    pub frame_times: FrameTimes,
+    title_sent: String,
     /// Stop each run after this many steps (tests).
     pub max_steps: Option<usize>,
     /// Where runs are written.
@@ -108,6 +114,9 @@ impl VramfitApp {
             view: View::Training,
             predict: PredictView::default(),
             evaluation: None,
+            eval_job: None,
+            frame_times: FrameTimes::default(),
+            title_sent: String::new(),
             max_steps: None,
             runs_dir: PathBuf::from("runs"),
         };
@@ -121,6 +130,22 @@ impl VramfitApp {
             Some(i) if i < self.adapters.len() => DeviceChoice::Gpu(Some(i)),
             _ => DeviceChoice::Cpu(self.settings.cpu_backend),
         }
+    }
+
+    /// The selected device in words, e.g. `llvmpipe (LLVM 15.0.6, 256 bits) (Vulkan Cpu)` or `CPU (flex)`.
+    pub fn device_label(&self) -> String {
+        match self.device_choice() {
+            DeviceChoice::Gpu(Some(i)) => {
+                let a = &self.adapters[i];
+                format!("{} ({} {})", a.name, a.backend, a.device_type)
+            }
+            _ => format!("CPU ({:?})", self.settings.cpu_backend).replace("Flex", "flex").replace("Ndarray", "ndarray"),
+        }
+    }
+
+    /// The window title: the app and the device in use.
+    pub fn window_title(&self) -> String {
+        format!("vramfit — {}", self.device_label())
     }
 
     /// Whether the selected device computes in f16.
@@ -256,6 +281,45 @@ impl VramfitApp {
         }
     }
 
+    /// Evaluates the last run's newest checkpoint on the validation data, on its own thread;
+    /// the Evaluation view shows the result when it ends.
+    pub fn evaluate_now(&mut self, ctx: &egui::Context) {
+        if self.eval_job.is_some() || self.job.is_some() {
+            return;
+        }
+        let Some(run) = self.last_run.clone() else {
+            self.error = Some("nothing to evaluate: train first".into());
+            return;
+        };
+        let data = match &self.data {
+            Ok(s) => s.val.clone(),
+            Err(e) => {
+                self.error = Some(format!("{e} (pick the dataset the run was trained on)"));
+                return;
+            }
+        };
+        let device = match device::select(self.device_choice()) {
+            Ok(d) => d,
+            Err(e) => {
+                self.error = Some(e.to_string());
+                return;
+            }
+        };
+        let ctx = ctx.clone();
+        match EvalJob::start(run, data, device, move || ctx.request_repaint()) {
+            Ok(job) => {
+                self.eval_job = Some(job);
+                self.status = "evaluating the latest checkpoint".into();
+            }
+            Err(e) => self.error = Some(format!("cannot start the evaluation thread: {e}")),
+        }
+    }
+
+    /// Whether an on-demand evaluation is running.
+    pub fn evaluating(&self) -> bool {
+        self.eval_job.is_some()
+    }
+
     /// Asks the running job to stop (it saves a checkpoint).
     pub fn stop_training(&mut self) {
         if let Some(job) = &self.job {
@@ -264,8 +328,21 @@ impl VramfitApp {
         }
     }
 
-    /// Moves engine events into the history; finishes the job when its thread ended.
+    /// Moves engine events into the history; finishes jobs whose thread ended.
     pub fn poll(&mut self) {
+        if let Some(result) = self.eval_job.as_mut().and_then(EvalJob::try_finish) {
+            self.eval_job = None;
+            match result {
+                Ok(r) => {
+                    self.status = format!("evaluated: top-1 {:.2}% on {} images", r.top1 * 100.0, r.samples);
+                    self.evaluation = Some(r);
+                }
+                Err(e) => {
+                    self.status = "evaluation failed".into();
+                    self.error = Some(e);
+                }
+            }
+        }
         let Some(job) = &mut self.job else { return };
         for e in job.drain() {
             self.history.push(&e);
@@ -314,6 +391,11 @@ impl VramfitApp {
     pub fn ui(&mut self, ui: &mut egui::Ui) {
         self.poll();
         self.refresh();
+        let title = self.window_title();
+        if title != self.title_sent {
+            ui.ctx().send_viewport_cmd(egui::ViewportCommand::Title(title.clone()));
+            self.title_sent = title;
+        }
         let dropped: Vec<egui::DroppedFileHandle> = ui.ctx().input(|i| i.raw.dropped_files.clone());
         if !dropped.is_empty() {
             self.handle_drop(dropped);
@@ -338,7 +420,7 @@ impl VramfitApp {
                 }
             }
         });
-        if self.training() {
+        if self.training() || self.evaluating() {
             ui.ctx().request_repaint_after(std::time::Duration::from_millis(250));
         }
     }
@@ -364,10 +446,7 @@ impl VramfitApp {
         ui.heading("Setup");
         ui.add_enabled_ui(!busy, |ui| {
             let label = |a: &AdapterInfo| format!("{} ({} {})", a.name, a.backend, a.device_type);
-            let selected = match self.settings.adapter {
-                Some(i) if i < self.adapters.len() => label(&self.adapters[i]),
-                _ => format!("CPU ({:?})", self.settings.cpu_backend).to_lowercase(),
-            };
+            let selected = self.device_label();
             let device_label = ui.label("Device");
             egui::ComboBox::from_id_salt("device")
                 .selected_text(selected)
@@ -421,9 +500,7 @@ impl VramfitApp {
                             ui.label(format!("{name}: {n}"));
                         }
                     });
-                    if !d.report.ignored.is_empty() {
-                        ui.label(format!("{} junk/non-image files ignored", d.report.ignored.len()));
-                    }
+                    dataset_report_ui(ui, &d.report, &self.history.skipped_files);
                 }
                 Err(e) => {
                     ui.colored_label(egui::Color32::RED, e);
@@ -467,6 +544,16 @@ impl VramfitApp {
                 self.settings.preset = "custom".into();
             }
         });
+        // The budget stays live while training: the engine halves its micro-batch when the
+        // measured peak is over it.
+        let mut gib = self.settings.config.memory.memory_budget_bytes as f64 / (1u64 << 30) as f64;
+        if ui.add(egui::Slider::new(&mut gib, 0.25..=24.0).step_by(0.25).text("budget (GiB)")).changed() {
+            self.settings.config.memory.memory_budget_bytes = (gib * (1u64 << 30) as f64) as u64;
+            self.settings.preset = "custom".into();
+            if let Some(job) = &self.job {
+                job.set_budget(self.settings.config.memory.memory_budget_bytes);
+            }
+        }
         ui.separator();
         self.estimate_ui(ui);
         ui.separator();
@@ -524,6 +611,17 @@ impl VramfitApp {
             ui.label(format!("{} · step {} · epoch {}", self.status, self.history.last_step, self.history.epoch + 1));
             if let Some(run) = &self.last_run {
                 ui.label(format!("run {}", run.display()));
+            }
+            let f = &self.frame_times;
+            if f.frames_while_training > 0 {
+                ui.small(format!(
+                    "frame {:.0} ms (longest while training {:.0} ms, {} over {FRAME_BUDGET_MS:.0} ms)",
+                    f.last_ms(),
+                    f.max_while_training_ms,
+                    f.over_budget_while_training
+                ));
+            } else if f.last_ms() > 0.0 {
+                ui.small(format!("frame {:.0} ms", f.last_ms()));
             }
         });
         if let Some(e) = &self.error {
@@ -586,8 +684,22 @@ impl VramfitApp {
     }
 
     fn evaluation_ui(&mut self, ui: &mut egui::Ui) {
+        ui.horizontal(|ui| {
+            let can = !self.training() && !self.evaluating() && self.last_run.is_some();
+            let button = ui
+                .add_enabled(can, egui::Button::new("Evaluate latest checkpoint"))
+                .on_disabled_hover_text("needs a run that is not training");
+            if button.clicked() {
+                let ctx = ui.ctx().clone();
+                self.evaluate_now(&ctx);
+            }
+            if self.evaluating() {
+                ui.spinner();
+            }
+            ui.small("validation data; also runs after each epoch");
+        });
         let Some(eval) = &self.evaluation else {
-            ui.label("No evaluation yet: it runs after each epoch.");
+            ui.label("No evaluation yet: it runs after each epoch, or press the button after training or Stop.");
             return;
         };
         ui.label(format!(
@@ -621,6 +733,36 @@ impl VramfitApp {
             }
         }
     }
+}
+
+/// What the scan left out and what training skipped, one line per file with the reason.
+fn dataset_report_ui(ui: &mut egui::Ui, report: &dataset::ScanReport, skipped: &[(String, String)]) {
+    const SHOWN: usize = 200;
+    let section = |ui: &mut egui::Ui, key: &str, title: String, lines: Vec<String>| {
+        if lines.is_empty() {
+            return;
+        }
+        egui::CollapsingHeader::new(title).id_salt(key).show(ui, |ui| {
+            egui::ScrollArea::vertical().max_height(160.0).id_salt(key).show(ui, |ui| {
+                for line in lines.iter().take(SHOWN) {
+                    ui.small(line);
+                }
+                if lines.len() > SHOWN {
+                    ui.small(format!("… and {} more (vramfit check-data lists all)", lines.len() - SHOWN));
+                }
+            });
+        });
+    };
+    let ignored: Vec<String> = report.ignored.iter().map(|(p, why)| format!("{}: {why}", p.display())).collect();
+    section(ui, "ignored", format!("{} files ignored by the scan", ignored.len()), ignored);
+    let mut other: Vec<String> =
+        report.empty_classes.iter().map(|c| format!("class folder {c}: no images, skipped")).collect();
+    other.extend(
+        report.symlink_loops.iter().map(|p| format!("{}: symlink back into the dataset, followed once", p.display())),
+    );
+    section(ui, "folders", format!("{} folders skipped", other.len()), other);
+    let skipped: Vec<String> = skipped.iter().map(|(f, why)| format!("{f}: {why}")).collect();
+    section(ui, "skipped", format!("{} files skipped while training", skipped.len()), skipped);
 }
 
 /// Sliders and toggles for every knob a preset sets.
@@ -659,10 +801,6 @@ fn knobs_ui(ui: &mut egui::Ui, c: &mut Config, f16_ok: bool) {
     ui.checkbox(&mut c.augment.hflip, "horizontal flip");
     ui.add(egui::Slider::new(&mut c.augment.color_jitter, 0.0..=1.0).text("color jitter"));
     ui.add(egui::Slider::new(&mut c.augment.random_erasing, 0.0..=1.0).text("random erasing"));
-    let mut gib = c.memory.memory_budget_bytes as f64 / (1u64 << 30) as f64;
-    if ui.add(egui::Slider::new(&mut gib, 0.25..=24.0).step_by(0.25).text("budget (GiB)")).changed() {
-        c.memory.memory_budget_bytes = (gib * (1u64 << 30) as f64) as u64;
-    }
     if c.data.preprocess.crop_size > c.data.preprocess.load_size {
         c.data.preprocess.load_size = c.data.preprocess.crop_size;
     }
@@ -680,7 +818,11 @@ fn save_png(image: &egui::ColorImage, path: &std::path::Path) {
 }
 
 impl eframe::App for VramfitApp {
-    fn ui(&mut self, ui: &mut egui::Ui, _frame: &mut eframe::Frame) {
+    fn ui(&mut self, ui: &mut egui::Ui, frame: &mut eframe::Frame) {
+        // The previous frame's CPU time, UI code and rendering (eframe measures it).
+        if let Some(secs) = frame.info().cpu_usage {
+            self.frame_times.record(secs * 1000.0, self.training());
+        }
         VramfitApp::ui(self, ui);
     }
 
@@ -694,11 +836,9 @@ impl eframe::App for VramfitApp {
 /// # Errors
 /// When no window can be created (no display).
 pub fn run() -> anyhow::Result<()> {
-    let adapter_name = device::list_adapters().first().map_or("CPU".to_string(), |a| a.name.clone());
     let options = eframe::NativeOptions {
-        viewport: egui::ViewportBuilder::default()
-            .with_inner_size([1280.0, 820.0])
-            .with_title(format!("vramfit — {adapter_name}")),
+        // The first frame sets the title to the selected device (`VramfitApp::window_title`).
+        viewport: egui::ViewportBuilder::default().with_inner_size([1280.0, 820.0]).with_title("vramfit"),
         ..Default::default()
     };
     eframe::run_native(
