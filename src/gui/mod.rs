@@ -225,22 +225,23 @@ impl VramfitApp {
         self.job.is_some()
     }
 
+    /// The data and the opened device a job needs, or the message to show (`fix` says what to do
+    /// about unusable data).
+    fn job_inputs(&self, fix: &str) -> Result<(Splits, device::SelectedDevice), String> {
+        let splits = self.data.clone().map_err(|e| format!("{e} ({fix})"))?;
+        let device = device::select(self.device_choice()).map_err(|e| e.to_string())?;
+        Ok((splits, device))
+    }
+
     /// Starts training (or resumes the last run).
     pub fn start_training(&mut self, ctx: &egui::Context, resume: bool) {
         if self.job.is_some() {
             return;
         }
-        let splits = match &self.data {
-            Ok(s) => s.clone(),
+        let (splits, device) = match self.job_inputs("pick another dataset folder") {
+            Ok(inputs) => inputs,
             Err(e) => {
-                self.error = Some(format!("{e} (pick another dataset folder)"));
-                return;
-            }
-        };
-        let device = match device::select(self.device_choice()) {
-            Ok(d) => d,
-            Err(e) => {
-                self.error = Some(e.to_string());
+                self.error = Some(e);
                 return;
             }
         };
@@ -291,22 +292,15 @@ impl VramfitApp {
             self.error = Some("nothing to evaluate: train first".into());
             return;
         };
-        let data = match &self.data {
-            Ok(s) => s.val.clone(),
+        let (splits, device) = match self.job_inputs("pick the dataset the run was trained on") {
+            Ok(inputs) => inputs,
             Err(e) => {
-                self.error = Some(format!("{e} (pick the dataset the run was trained on)"));
-                return;
-            }
-        };
-        let device = match device::select(self.device_choice()) {
-            Ok(d) => d,
-            Err(e) => {
-                self.error = Some(e.to_string());
+                self.error = Some(e);
                 return;
             }
         };
         let ctx = ctx.clone();
-        match EvalJob::start(run, data, device, move || ctx.request_repaint()) {
+        match EvalJob::start(run, splits.val, device, move || ctx.request_repaint()) {
             Ok(job) => {
                 self.eval_job = Some(job);
                 self.status = "evaluating the latest checkpoint".into();
