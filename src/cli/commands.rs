@@ -398,8 +398,9 @@ pub fn export(args: ExportArgs) -> anyhow::Result<ExitCode> {
 /// `vramfit bench`.
 #[derive(Args, Debug)]
 pub struct BenchArgs {
-    /// `train` (throughput per backend) or `memory` (predicted vs measured peak grid).
-    #[arg(value_parser = ["train", "memory"])]
+    /// `train` (throughput per backend), `memory` (predicted vs measured peak grid) or `ui` (the
+    /// app's frame times while it trains; needs a display, e.g. `xvfb-run`).
+    #[arg(value_parser = ["train", "memory", "ui"])]
     what: String,
     /// Configs to measure (default: quickstart for memory; quickstart and every tier for train).
     #[arg(long = "config", short = 'c')]
@@ -418,6 +419,9 @@ pub struct BenchArgs {
     /// `bench memory` grid: `small` (CI-sized) or `full` (batch 4-32 x 64-224 px x f32/f16 x checkpointing).
     #[arg(long, default_value = "full")]
     grid: String,
+    /// Seconds of training for `bench ui`.
+    #[arg(long, default_value_t = 60.0)]
+    seconds: f64,
     /// Write results as JSON here too.
     #[arg(long)]
     json: Option<PathBuf>,
@@ -445,6 +449,26 @@ pub fn bench(args: BenchArgs) -> anyhow::Result<ExitCode> {
             )?;
             println!("{}", crate::bench::train_table(&rows));
             serde_json::to_string_pretty(&rows)?
+        }
+        "ui" => {
+            let r = crate::gui::bench_ui(args.seconds)?;
+            if let Some(e) = &r.error {
+                bail!("training did not run: {e}");
+            }
+            let t = &r.training;
+            println!(
+                "{}; quickstart; {:.0} s of training, {} optimizer steps\n\n| frames while training | p50 ms | p95 ms | longest ms | over {} ms |\n|---|---|---|---|---|\n| {} | {:.1} | {:.1} | {:.1} | {} |",
+                r.device,
+                args.seconds,
+                r.steps,
+                crate::gui::FRAME_BUDGET_MS,
+                t.frames,
+                t.p50_ms,
+                t.p95_ms,
+                t.max_ms,
+                t.over_budget
+            );
+            serde_json::to_string_pretty(&r)?
         }
         _ => {
             let device = select_device(&args.device)?;

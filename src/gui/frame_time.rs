@@ -1,25 +1,54 @@
-//! Frame times of the app: what the status bar shows and `benches/frame_time.rs` reports. The
-//! goal is no frame over [`FRAME_BUDGET_MS`] while training, on any adapter (lavapipe included).
+//! Frame times of the app: what the status bar shows and `vramfit bench ui` reports. The goal is
+//! no frame over [`FRAME_BUDGET_MS`] while training, on any adapter (lavapipe included).
 
 use std::collections::VecDeque;
 
 /// The longest frame the app allows itself while training, in milliseconds (20 frames/s).
 pub const FRAME_BUDGET_MS: f32 = 50.0;
 
-/// Rolling frame-time statistics, in milliseconds.
+/// Frame times in milliseconds: the last 600 frames, and every frame drawn while training.
 #[derive(Clone, Debug, Default)]
 pub struct FrameTimes {
     recent: VecDeque<f32>,
-    /// Frames recorded while a run was training.
-    pub frames_while_training: usize,
-    /// The longest of those, ms.
-    pub max_while_training_ms: f32,
-    /// How many of those took longer than [`FRAME_BUDGET_MS`].
-    pub over_budget_while_training: usize,
+    training: Vec<f32>,
 }
 
-/// Frames kept for [`FrameTimes::percentile_ms`].
+/// Frames kept in [`FrameTimes::recent`].
 const KEPT: usize = 600;
+
+/// Statistics of a set of frames, in milliseconds.
+#[derive(Clone, Copy, Debug, Default, PartialEq, serde::Serialize)]
+pub struct FrameSummary {
+    /// Frames counted.
+    pub frames: usize,
+    /// Median.
+    pub p50_ms: f32,
+    /// 95th percentile (nearest rank).
+    pub p95_ms: f32,
+    /// Longest.
+    pub max_ms: f32,
+    /// Frames longer than [`FRAME_BUDGET_MS`].
+    pub over_budget: usize,
+}
+
+impl FrameSummary {
+    /// Statistics of `times` (ms); all zero when empty.
+    pub fn of(times: &[f32]) -> Self {
+        if times.is_empty() {
+            return Self::default();
+        }
+        let mut v = times.to_vec();
+        v.sort_by(f32::total_cmp);
+        let pct = |p: f32| v[((p / 100.0 * v.len() as f32).ceil() as usize).clamp(1, v.len()) - 1];
+        Self {
+            frames: v.len(),
+            p50_ms: pct(50.0),
+            p95_ms: pct(95.0),
+            max_ms: v[v.len() - 1],
+            over_budget: v.iter().filter(|&&ms| ms > FRAME_BUDGET_MS).count(),
+        }
+    }
+}
 
 impl FrameTimes {
     /// Records one frame of `ms` milliseconds (CPU time of the UI code and rendering).
@@ -29,9 +58,7 @@ impl FrameTimes {
         }
         self.recent.push_back(ms);
         if training {
-            self.frames_while_training += 1;
-            self.max_while_training_ms = self.max_while_training_ms.max(ms);
-            self.over_budget_while_training += usize::from(ms > FRAME_BUDGET_MS);
+            self.training.push(ms);
         }
     }
 
@@ -40,15 +67,14 @@ impl FrameTimes {
         self.recent.back().copied().unwrap_or(0.0)
     }
 
-    /// The `p`-th percentile (0..=100, nearest rank) of the last 600 frames, ms (0 if none).
-    pub fn percentile_ms(&self, p: f32) -> f32 {
-        let mut v: Vec<f32> = self.recent.iter().copied().collect();
-        if v.is_empty() {
-            return 0.0;
-        }
-        v.sort_by(f32::total_cmp);
-        let rank = ((p / 100.0) * v.len() as f32).ceil().max(1.0) as usize;
-        v[rank.min(v.len()) - 1]
+    /// The last 600 frames.
+    pub fn recent(&self) -> FrameSummary {
+        FrameSummary::of(&self.recent.iter().copied().collect::<Vec<_>>())
+    }
+
+    /// Every frame drawn while a run was training.
+    pub fn while_training(&self) -> FrameSummary {
+        FrameSummary::of(&self.training)
     }
 }
 
@@ -57,19 +83,21 @@ mod tests {
     use super::*;
 
     #[test]
-    fn percentiles_and_training_maximum() {
+    fn percentiles_and_training_frames() {
         let mut f = FrameTimes::default();
         for ms in 1..=100 {
             f.record(ms as f32, ms > 90);
         }
-        assert_eq!(f.percentile_ms(50.0), 50.0);
-        assert_eq!(f.percentile_ms(95.0), 95.0);
-        assert_eq!(f.percentile_ms(100.0), 100.0);
+        let all = f.recent();
+        assert_eq!((all.frames, all.p50_ms, all.p95_ms, all.max_ms, all.over_budget), (100, 50.0, 95.0, 100.0, 50));
         assert_eq!(f.last_ms(), 100.0);
-        assert_eq!((f.frames_while_training, f.max_while_training_ms, f.over_budget_while_training), (10, 100.0, 10));
+        let t = f.while_training();
+        assert_eq!((t.frames, t.p50_ms, t.max_ms, t.over_budget), (10, 95.0, 100.0, 10));
         for _ in 0..KEPT {
             f.record(2.0, false);
         }
-        assert_eq!(f.percentile_ms(100.0), 2.0, "only the last 600 frames count");
+        assert_eq!(f.recent().max_ms, 2.0, "only the last 600 frames count");
+        assert_eq!(f.while_training().frames, 10);
+        assert_eq!(FrameSummary::of(&[]), FrameSummary::default());
     }
 }

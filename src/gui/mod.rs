@@ -18,7 +18,7 @@ use crate::dataset::{self, ScanOptions, Splits};
 use crate::device::{self, AdapterInfo, CpuBackend, DeviceChoice};
 use crate::memory::{self, Plan, human_bytes};
 use crate::preprocess::PreprocessMode;
-pub use frame_time::{FRAME_BUDGET_MS, FrameTimes};
+pub use frame_time::{FRAME_BUDGET_MS, FrameSummary, FrameTimes};
 pub use history::RunHistory;
 pub use predict::PredictView;
 use worker::{EvalJob, JobEnd, TrainingJob};
@@ -85,9 +85,10 @@ pub struct VramfitApp {
     /// Last evaluation (after each epoch, or on demand).
     pub evaluation: Option<crate::eval::EvalResult>,
     eval_job: Option<EvalJob>,
-    /// Frame times (status bar; `benches/frame_time.rs`).
+    /// Frame times (status bar; `vramfit bench ui`).
     pub frame_times: FrameTimes,
     title_sent: String,
+    bench: Option<UiBench>,
     /// Stop each run after this many steps (tests).
     pub max_steps: Option<usize>,
     /// Where runs are written.
@@ -117,6 +118,7 @@ impl VramfitApp {
             eval_job: None,
             frame_times: FrameTimes::default(),
             title_sent: String::new(),
+            bench: None,
             max_steps: None,
             runs_dir: PathBuf::from("runs"),
         };
@@ -368,6 +370,15 @@ impl VramfitApp {
                     self.error = Some(msg);
                 }
             }
+            let t = self.frame_times.while_training();
+            tracing::info!(
+                "frames while training: {}, p50 {:.1} ms, p95 {:.1} ms, longest {:.1} ms, {} over {FRAME_BUDGET_MS} ms",
+                t.frames,
+                t.p50_ms,
+                t.p95_ms,
+                t.max_ms,
+                t.over_budget
+            );
             self.job = None;
         }
     }
@@ -606,16 +617,14 @@ impl VramfitApp {
             if let Some(run) = &self.last_run {
                 ui.label(format!("run {}", run.display()));
             }
-            let f = &self.frame_times;
-            if f.frames_while_training > 0 {
+            let (last, t) = (self.frame_times.last_ms(), self.frame_times.while_training());
+            if t.frames > 0 {
                 ui.small(format!(
-                    "frame {:.0} ms (longest while training {:.0} ms, {} over {FRAME_BUDGET_MS:.0} ms)",
-                    f.last_ms(),
-                    f.max_while_training_ms,
-                    f.over_budget_while_training
+                    "frame {last:.0} ms (longest while training {:.0} ms, {} over {FRAME_BUDGET_MS:.0} ms)",
+                    t.max_ms, t.over_budget
                 ));
-            } else if f.last_ms() > 0.0 {
-                ui.small(format!("frame {:.0} ms", f.last_ms()));
+            } else if last > 0.0 {
+                ui.small(format!("frame {last:.0} ms"));
             }
         });
         if let Some(e) = &self.error {
@@ -818,11 +827,95 @@ impl eframe::App for VramfitApp {
             self.frame_times.record(secs * 1000.0, self.training());
         }
         VramfitApp::ui(self, ui);
+        self.bench_tick(ui.ctx());
     }
 
     fn save(&mut self, storage: &mut dyn eframe::Storage) {
         eframe::set_value(storage, eframe::APP_KEY, &self.settings);
     }
+}
+
+/// What `vramfit bench ui` measured.
+#[derive(Clone, Debug, Default, serde::Serialize)]
+pub struct UiBenchResult {
+    /// The device the app trained on.
+    pub device: String,
+    /// Frames drawn while training (eframe's CPU time per frame: UI code and rendering).
+    pub training: FrameSummary,
+    /// Optimizer steps taken meanwhile.
+    pub steps: usize,
+    /// Why training did not start or failed, if it did.
+    pub error: Option<String>,
+}
+
+/// Bench mode of the app: train for `seconds`, stop, then close the window.
+struct UiBench {
+    seconds: f64,
+    started: Option<std::time::Instant>,
+    result: std::sync::Arc<std::sync::Mutex<Option<UiBenchResult>>>,
+}
+
+impl VramfitApp {
+    fn bench_tick(&mut self, ctx: &egui::Context) {
+        let Some(started) = self.bench.as_ref().map(|b| b.started) else { return };
+        let Some(started) = started else {
+            if let Some(b) = &mut self.bench {
+                b.started = Some(std::time::Instant::now());
+            }
+            self.start_training(ctx, false);
+            return;
+        };
+        let over = started.elapsed().as_secs_f64() >= self.bench.as_ref().map_or(0.0, |b| b.seconds);
+        if self.training() {
+            if over {
+                self.stop_training();
+            }
+            return;
+        }
+        if let Some(b) = self.bench.take() {
+            let result = UiBenchResult {
+                device: self.device_label(),
+                training: self.frame_times.while_training(),
+                steps: self.history.last_step,
+                error: self.error.clone(),
+            };
+            if let Ok(mut slot) = b.result.lock() {
+                *slot = Some(result);
+            }
+            ctx.send_viewport_cmd(egui::ViewportCommand::Close);
+        }
+    }
+}
+
+/// `vramfit bench ui`: opens the window with the default settings (quickstart on the first
+/// adapter), trains for `seconds`, stops, closes, and returns the frame times it drew meanwhile.
+///
+/// # Errors
+/// When no window can be created (no display: run it under `xvfb-run`).
+pub fn bench_ui(seconds: f64) -> anyhow::Result<UiBenchResult> {
+    let result = std::sync::Arc::new(std::sync::Mutex::new(None));
+    let slot = result.clone();
+    let runs_dir = std::env::temp_dir().join(format!("vramfit-bench-ui-{}", std::process::id()));
+    let options = eframe::NativeOptions {
+        viewport: egui::ViewportBuilder::default().with_inner_size([1280.0, 820.0]).with_title("vramfit"),
+        persist_window: false,
+        ..Default::default()
+    };
+    let dir = runs_dir.clone();
+    eframe::run_native(
+        "vramfit-bench-ui",
+        options,
+        Box::new(move |_cc| {
+            let mut app = VramfitApp::new(Settings::default());
+            app.runs_dir = dir;
+            app.bench = Some(UiBench { seconds, started: None, result: slot });
+            Ok(Box::new(app))
+        }),
+    )
+    .map_err(|e| anyhow::anyhow!("cannot open the window: {e}; on a machine without a display use xvfb-run"))?;
+    let _ = std::fs::remove_dir_all(&runs_dir);
+    let r = result.lock().map_err(|_| anyhow::anyhow!("the app thread panicked"))?.take();
+    r.ok_or_else(|| anyhow::anyhow!("the window closed before the benchmark ended"))
 }
 
 /// Opens the window (`vramfit` with no command).
