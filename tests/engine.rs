@@ -525,20 +525,36 @@ fn a_huge_learning_rate_gets_the_nan_diagnosis() {
     );
 }
 
+/// A step whose largest tensor is over the adapter's buffer limit is refused before it runs,
+/// also when resuming a run: the error names the limit and the fix, the process goes on, the
+/// run's checkpoint still loads and the run resumes at a batch that fits.
 #[test]
 fn a_tensor_over_the_adapter_buffer_limit_is_refused_with_the_reason() {
     let device = gpu();
     let limit = device.adapter.as_ref().unwrap().max_storage_buffer_binding_size;
     let splits = bundled();
-    let mut config = quickstart();
-    // Pick a batch whose stem output alone is over the adapter's buffer limit.
-    let per_image = vramfit::memory::estimate(&config, 1, 10).largest_tensor;
-    config.train.batch_size = (limit / per_image + 1) as usize;
-    config.memory.memory_budget_bytes = 1 << 40;
+    let config = quickstart();
     let dir = tempfile::tempdir().unwrap();
-    let req = TrainRequest::new(config, dir.path().join("run"));
-    let err = train::train(&req, &device, &splits, &mut |_e| {}, &StopSignal::new()).unwrap_err().to_string();
+    let run = dir.path().join("run");
+    let mut req = TrainRequest::new(config.clone(), &run);
+    req.max_steps = Some(1);
+    req.export = false;
+    train::train(&req, &device, &splits, &mut |_e| {}, &StopSignal::new()).unwrap();
+    // Resume with a batch whose stem output alone is over the adapter's buffer limit.
+    let per_image = vramfit::memory::estimate(&config, 1, 10).largest_tensor;
+    let mut huge = config.clone();
+    huge.train.batch_size = (limit / per_image + 1) as usize;
+    huge.memory.memory_budget_bytes = 1 << 40;
+    let mut req_huge = TrainRequest::new(huge, &run);
+    req_huge.resume = true;
+    let err = train::train(&req_huge, &device, &splits, &mut |_e| {}, &StopSignal::new()).unwrap_err().to_string();
     assert!(err.contains("per buffer") && err.contains("train.batch_size <="), "{err}");
+    let (_, _, state) = vramfit::checkpoint::load_latest_model(&run, &device.device).unwrap();
+    assert_eq!(state.global_step, 1);
+    req.resume = true;
+    req.max_steps = Some(2);
+    let s = train::train(&req, &device, &splits, &mut |_e| {}, &StopSignal::new()).unwrap();
+    assert_eq!(s.global_step, 2);
 }
 
 /// The budget crossed mid-run (here: lowered under the measured peak after step 2, as the app's
