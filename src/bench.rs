@@ -413,7 +413,13 @@ pub fn check_data(path: &std::path::Path, config: &Config, allow_empty: bool) ->
         }
     }
     if !splits.report.ignored.is_empty() {
-        s.push_str(&format!("{} hidden, OS-junk or non-image files ignored\n", splits.report.ignored.len()));
+        s.push_str(&format!("{} files ignored by the scan\n", splits.report.ignored.len()));
+        for (file, why) in &splits.report.ignored {
+            s.push_str(&format!("  {}: {why}\n", file.display()));
+        }
+    }
+    if let Err(e) = crate::loader::check_sizes_agree(&all, &config.data.preprocess) {
+        s.push_str(&format!("training would stop: {e}\n"));
     }
     let p = &config.data.preprocess;
     for (label, m) in [("smallest", &smallest), ("largest", &largest)] {

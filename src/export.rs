@@ -155,7 +155,8 @@ pub fn resolve_paths(path: &Path) -> Result<(PathBuf, PathBuf)> {
         dir_weights(path).or_else(|| dir_weights(&path.join("export"))).ok_or_else(|| {
             Error::io(
                 path,
-                "no model.bpk here or in export/; pass a run folder, an export folder or a .bpk/.safetensors file",
+                "no model.bpk here or in export/; pass a run folder, an export folder or a .bpk/.safetensors file \
+                 (a run stopped before its end has only checkpoints: `vramfit export --run RUN` writes RUN/export)",
             )
         })?
     } else if path.is_file() {

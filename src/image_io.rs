@@ -150,10 +150,12 @@ fn check_jpeg_complete(bytes: &[u8]) -> std::result::Result<(), String> {
     };
     let scan_start = bytes.windows(2).position(|m| m == [0xFF, 0xDA]).unwrap_or(0);
     let scan_len = bytes.len().saturating_sub(scan_start);
-    if ends_with_eoi || scan_len < 256 || w == 0 || h < 16 {
+    if ends_with_eoi || scan_len < 16 || w == 0 || h < 16 {
         return Ok(());
     }
-    let mut shorter = bytes[..bytes.len() - (scan_len / 8).max(32)].to_vec();
+    // Cut a little more and see which rows change: only the last ones when the data was whole.
+    let cut = (scan_len / 8).max(32).min(scan_len / 2);
+    let mut shorter = bytes[..bytes.len() - cut].to_vec();
     shorter.extend_from_slice(&[0xFF, 0xD9]);
     let Ok((cut, cw, ch)) = decode(&shorter, false) else { return Ok(()) };
     if (cw, ch) != (w, h) || cut.len() != full.len() {
@@ -210,6 +212,27 @@ mod tests {
             decode_image(&png_bytes(DynamicImage::ImageRgba8(img)), &black).unwrap().get_pixel(1, 0).0,
             [0, 0, 0]
         );
+    }
+
+    #[test]
+    fn small_truncated_jpegs_are_refused_and_a_missing_end_marker_is_not() {
+        // A noisy 50x60 JPEG of about 2 KB, like a user's small photo.
+        let img = image::RgbImage::from_fn(50, 60, |x, y| {
+            image::Rgb([(x * 37 % 251) as u8, (y * 53 % 241) as u8, ((x * y) % 255) as u8])
+        });
+        let mut jpeg = Vec::new();
+        DynamicImage::ImageRgb8(img).write_to(&mut Cursor::new(&mut jpeg), ImageFormat::Jpeg).unwrap();
+        assert!(jpeg.len() < 4096 && jpeg.ends_with(&[0xFF, 0xD9]), "{} bytes", jpeg.len());
+        let opts = LoadOptions::default();
+        let whole = decode_image(&jpeg, &opts).unwrap();
+        let no_eoi = decode_image(&jpeg[..jpeg.len() - 2], &opts).unwrap();
+        assert_eq!(whole.as_raw(), no_eoi.as_raw(), "only the end marker missing");
+        let scan_start = jpeg.windows(2).position(|m| m == [0xFF, 0xDA]).unwrap();
+        // Scans cut to under 256 bytes (a 1.5 KB file cut to 500 bytes).
+        for scan_bytes in [100, 200, 250] {
+            let err = decode_image(&jpeg[..scan_start + scan_bytes], &opts).unwrap_err();
+            assert!(err.contains("truncated"), "{scan_bytes}: {err}");
+        }
     }
 
     #[test]

@@ -189,6 +189,52 @@ impl Iterator for BatchIter {
     }
 }
 
+/// For preprocess modes without a fixed output size (`none`), checks that the dataset's images
+/// give one training size: up to 256 files, evenly spaced, reading only their headers. Files
+/// that cannot be read are left to the loader, which skips them with their reason.
+///
+/// # Errors
+/// [`Error::Preprocess`] naming two files whose sizes differ and the setting that fixes it.
+pub fn check_sizes_agree(dataset: &Dataset, p: &PreprocessConfig) -> crate::Result<()> {
+    if p.output_size().is_some() {
+        return Ok(());
+    }
+    let files: Vec<&std::path::Path> = dataset
+        .samples
+        .iter()
+        .filter_map(|s| match &s.source {
+            SampleSource::File(path) => Some(path.as_path()),
+            _ => None,
+        })
+        .collect();
+    let mut first: Option<((u32, u32), (u32, u32), &std::path::Path)> = None;
+    for &file in files.iter().step_by((files.len() / 256).max(1)) {
+        let header = image::ImageReader::open(file).and_then(|r| r.with_guessed_format());
+        let Ok(src) = header.map_err(|e| e.to_string()).and_then(|r| r.into_dimensions().map_err(|e| e.to_string()))
+        else {
+            continue;
+        };
+        let Ok(out) = p.output_size_for(src) else { continue };
+        match first {
+            None => first = Some((src, out, file)),
+            Some((src0, out0, file0)) if out0 != out => {
+                return Err(crate::Error::Preprocess(format!(
+                    "mode `none` trains each image at its own size, but {} is {}x{} and {} is {}x{}; \
+                     set data.preprocess.mode = \"resize_and_crop\" (--preprocess resize_and_crop) and a crop_size",
+                    file0.display(),
+                    src0.0,
+                    src0.1,
+                    file.display(),
+                    src.0,
+                    src.1
+                )));
+            }
+            Some(_) => {}
+        }
+    }
+    Ok(())
+}
+
 /// Number of worker threads for `requested` (0 = automatic).
 pub fn worker_count(requested: usize) -> usize {
     if requested > 0 {

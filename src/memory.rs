@@ -150,36 +150,68 @@ pub struct Plan {
     pub budget_bytes: u64,
     /// Whether the estimate fits.
     pub fits: bool,
-    /// Largest micro-batch that fits (0 if not even 1 does).
+    /// Largest micro-batch that fits without accumulation (0 if not even 1 does).
     pub max_batch_size: usize,
-    /// Accumulation steps that keep the configured effective batch at `max_batch_size`.
-    pub grad_accum_for_max: usize,
+    /// The micro-batch to train with so that the configured effective batch
+    /// (`batch_size x grad_accum_steps`) fits: the effective batch itself when it fits,
+    /// else `ceil(effective / fit_grad_accum_steps)` (0 if not even 1 fits).
+    pub fit_batch_size: usize,
+    /// Accumulation steps that go with `fit_batch_size` (their product is the effective batch,
+    /// rounded up when it does not divide).
+    pub fit_grad_accum_steps: usize,
 }
 
-/// Estimates `config` and finds the largest micro-batch within its budget.
+/// Estimates `config` and finds the largest micro-batch within its budget, and the
+/// (micro-batch, accumulation) pair that keeps the configured effective batch within it.
+/// Accumulating costs one more f32 copy of the gradients, which the pair's search counts.
 pub fn plan(config: &Config, num_classes: usize) -> Plan {
     let budget = config.memory.memory_budget_bytes;
     let estimate = estimate(config, config.train.batch_size, num_classes);
-    let fits_at = |b: usize| estimate_total(config, b, num_classes) <= budget;
-    let max_batch_size = if !fits_at(1) {
-        0
-    } else {
-        // The estimate grows monotonically with the batch: binary search.
-        let (mut lo, mut hi) = (1usize, 1usize);
-        while hi < 65536 && fits_at(hi * 2) {
-            hi *= 2;
-        }
-        lo = lo.max(hi);
-        let mut high = (hi * 2).min(65536);
-        while lo + 1 < high {
-            let mid = (lo + high) / 2;
-            if fits_at(mid) { lo = mid } else { high = mid }
-        }
-        lo
+    let with_accum = |accum: usize| {
+        let mut c = config.clone();
+        c.train.grad_accum_steps = accum;
+        c
     };
+    let (single, accumulating) = (with_accum(1), with_accum(2));
+    let max_batch_size = largest_fitting(|b| estimate_total(&single, b, num_classes) <= budget);
     let effective = config.train.batch_size * config.train.grad_accum_steps;
-    let grad_accum_for_max = if max_batch_size == 0 { 0 } else { effective.div_ceil(max_batch_size.min(effective)) };
-    Plan { fits: estimate.total <= budget, estimate, budget_bytes: budget, max_batch_size, grad_accum_for_max }
+    let (fit_batch_size, fit_grad_accum_steps) = if max_batch_size >= effective {
+        (effective, 1)
+    } else {
+        match largest_fitting(|b| estimate_total(&accumulating, b, num_classes) <= budget) {
+            0 => (0, 0),
+            micro => {
+                let accum = effective.div_ceil(micro.min(effective));
+                (effective.div_ceil(accum), accum)
+            }
+        }
+    };
+    Plan {
+        fits: estimate.total <= budget,
+        estimate,
+        budget_bytes: budget,
+        max_batch_size,
+        fit_batch_size,
+        fit_grad_accum_steps,
+    }
+}
+
+/// The largest batch in 1..=65536 for which `fits` holds (0 if none); `fits` must be monotonic
+/// (the estimate grows with the batch): doubling, then binary search.
+fn largest_fitting(fits: impl Fn(usize) -> bool) -> usize {
+    if !fits(1) {
+        return 0;
+    }
+    let mut lo = 1usize;
+    while lo < 65536 && fits(lo * 2) {
+        lo *= 2;
+    }
+    let mut high = (lo * 2).min(65537);
+    while lo + 1 < high {
+        let mid = (lo + high) / 2;
+        if fits(mid) { lo = mid } else { high = mid }
+    }
+    lo
 }
 
 fn estimate_total(config: &Config, batch_size: usize, num_classes: usize) -> u64 {
@@ -274,8 +306,19 @@ mod tests {
         let p = plan(&c, 10);
         assert!(!p.fits);
         assert_eq!(p.max_batch_size, 37);
-        assert_eq!(p.grad_accum_for_max, 2);
+        // Accumulation adds a gradient buffer, so the pair is searched with it: 32 x 2 = 64.
+        assert_eq!((p.fit_batch_size, p.fit_grad_accum_steps), (32, 2));
+        let mut fitted = c.clone();
+        fitted.train.batch_size = p.fit_batch_size;
+        fitted.train.grad_accum_steps = p.fit_grad_accum_steps;
+        assert!(plan(&fitted, 10).fits);
         assert!(p.verdict().starts_with("does not fit by"));
+        // An effective batch that fits whole needs no accumulation.
+        c.memory.memory_budget_bytes = estimate(&c, 64, 10).total;
+        c.train.batch_size = 32;
+        c.train.grad_accum_steps = 2;
+        let p = plan(&c, 10);
+        assert_eq!((p.fit_batch_size, p.fit_grad_accum_steps), (64, 1));
     }
 
     #[test]

@@ -441,16 +441,17 @@ pub fn train(
         precision = Precision::F32;
         config.train.precision = Precision::F32;
     }
+    loader::check_sizes_agree(&splits.train, &config.data.preprocess)?;
     let plan = memory::plan(&config, classes.len());
-    if device.is_gpu() && !plan.fits {
-        if req.auto_fit && plan.max_batch_size > 0 {
+    if !plan.fits {
+        if req.auto_fit && plan.fit_batch_size > 0 {
             sink(Event::BatchAdapted {
-                batch_size: plan.max_batch_size,
-                grad_accum_steps: plan.grad_accum_for_max,
+                batch_size: plan.fit_batch_size,
+                grad_accum_steps: plan.fit_grad_accum_steps,
                 reason: format!("--auto-fit: batch {} {}", config.train.batch_size, plan.verdict()),
             });
-            config.train.batch_size = plan.max_batch_size;
-            config.train.grad_accum_steps = plan.grad_accum_for_max;
+            config.train.batch_size = plan.fit_batch_size;
+            config.train.grad_accum_steps = plan.fit_grad_accum_steps;
         } else {
             return Err(Error::Memory(format!(
                 "predicted peak {} {} of the {} budget (memory.memory_budget_bytes); set train.batch_size = {} with \
@@ -458,8 +459,8 @@ pub fn train(
                 human_bytes(plan.estimate.total),
                 plan.verdict(),
                 human_bytes(plan.budget_bytes),
-                plan.max_batch_size.max(1),
-                plan.grad_accum_for_max.max(1)
+                plan.fit_batch_size.max(1),
+                plan.fit_grad_accum_steps.max(1)
             )));
         }
     }

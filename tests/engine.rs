@@ -438,7 +438,7 @@ fn an_impossible_batch_is_refused_before_training_with_the_numbers() {
     assert!(!dir.path().join("run/checkpoints").exists(), "nothing ran");
     // With --auto-fit the same request trains at the largest fitting micro-batch.
     let plan = vramfit::memory::plan(&config, 10);
-    assert!(plan.max_batch_size >= 1 && plan.max_batch_size < 4096);
+    assert!(plan.fit_batch_size >= 1 && plan.fit_batch_size < 4096);
     let mut req = TrainRequest::new(config, dir.path().join("fit"));
     req.auto_fit = true;
     req.max_steps = Some(1);
@@ -455,7 +455,7 @@ fn an_impossible_batch_is_refused_before_training_with_the_numbers() {
         &StopSignal::new(),
     )
     .unwrap();
-    assert_eq!(adapted.first(), Some(&(plan.max_batch_size, plan.grad_accum_for_max)));
+    assert_eq!(adapted.first(), Some(&(plan.fit_batch_size, plan.fit_grad_accum_steps)));
     // A later adaptation (the measured peak crossing the budget) halves the micro-batch and
     // doubles accumulation, keeping the effective batch.
     for w in adapted.windows(2) {

@@ -163,7 +163,10 @@ pub fn train(args: TrainArgs) -> anyhow::Result<ExitCode> {
         );
     }
     if summary.skipped > 0 {
-        println!("{} undecodable files were skipped", summary.skipped);
+        println!(
+            "{} samples were skipped in all (each epoch counts them again; the warnings name the files and why)",
+            summary.skipped
+        );
     }
     if summary.stopped {
         println!("stopped; continue with: vramfit train --resume --out {}", out.display());
@@ -328,15 +331,17 @@ pub fn plan_report(config: &Config, classes: usize) -> String {
     row("allocator overhead", e.allocator_overhead);
     s.push_str(&format!("  {:<28}{:>12}\n", "predicted peak", human_bytes(e.total)));
     s.push_str(&format!("budget {}: {}\n", human_bytes(p.budget_bytes), p.verdict()));
-    if p.max_batch_size == 0 {
+    let effective = config.train.batch_size * config.train.grad_accum_steps;
+    if p.fit_batch_size == 0 {
         s.push_str("not even batch 1 fits: lower crop_size or turn on f16/checkpointing\n");
     } else {
-        s.push_str(&format!(
-            "largest batch that fits: {}; grad_accum_steps {} keeps the effective batch of {}\n",
-            p.max_batch_size,
-            p.grad_accum_for_max,
-            config.train.batch_size * config.train.grad_accum_steps
-        ));
+        s.push_str(&format!("largest batch that fits without accumulation: {}\n", p.max_batch_size));
+        if !p.fits {
+            s.push_str(&format!(
+                "to keep the effective batch of {effective}: batch_size {} x grad_accum_steps {} (or pass --auto-fit)\n",
+                p.fit_batch_size, p.fit_grad_accum_steps
+            ));
+        }
     }
     s
 }

@@ -15,9 +15,10 @@ pub struct Renderer {
 
 impl Renderer {
     fn println(&self, line: String) {
+        // A hidden bar (output not a terminal) drops println: write the line directly.
         match &self.bar {
-            Some(b) => b.println(line),
-            None => eprintln!("{line}"),
+            Some(b) if !b.is_hidden() => b.println(line),
+            _ => eprintln!("{line}"),
         }
     }
 

@@ -603,10 +603,10 @@ impl VramfitApp {
             human_bytes(e.workspace),
             human_bytes(e.allocator_overhead)
         ));
-        if !self.plan.fits && self.plan.max_batch_size > 0 {
+        if !self.plan.fits && self.plan.fit_batch_size > 0 {
             ui.small(format!(
-                "largest batch that fits: {} (with accumulation {})",
-                self.plan.max_batch_size, self.plan.grad_accum_for_max
+                "fits as batch {} x accumulation {} (same effective batch)",
+                self.plan.fit_batch_size, self.plan.fit_grad_accum_steps
             ));
         }
     }
@@ -677,7 +677,16 @@ impl VramfitApp {
                 if let Some(pred) = h.predicted_mib {
                     p.hline(HLine::new("predicted peak", pred));
                 }
-                p.hline(HLine::new("budget", self.plan.budget_bytes as f64 / 1024.0 / 1024.0));
+                // A budget far above the curves would flatten them to the axis: it is named in
+                // the legend instead of drawn once the run's memory is known.
+                let budget = self.plan.budget_bytes as f64 / 1024.0 / 1024.0;
+                let top = h.reserved_mib.iter().map(|p| p[1]).fold(h.predicted_mib.unwrap_or(0.0), f64::max);
+                if top == 0.0 || budget <= 4.0 * top {
+                    p.hline(HLine::new("budget", budget));
+                } else {
+                    let name = format!("budget {} (above the chart)", human_bytes(self.plan.budget_bytes));
+                    p.line(Line::new(name, PlotPoints::default()));
+                }
             });
             plot("rate").show(ui, |p| {
                 p.line(line("learning rate x1000", &h.lr.iter().map(|[x, y]| [*x, y * 1000.0]).collect()));
