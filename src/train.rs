@@ -382,6 +382,15 @@ fn split_batch(batch: &Batch, factor: usize) -> Vec<Batch> {
         .collect()
 }
 
+/// Class names for a message: all of them when few, else the count and the first three.
+fn short_list(names: &[String]) -> String {
+    if names.len() <= 6 {
+        format!("{names:?}")
+    } else {
+        format!("{} classes ({}, ...)", names.len(), names[..3].join(", "))
+    }
+}
+
 /// The NaN guard's message: the values seen and the likely causes in order.
 fn diagnosis(loss: f32, grad_norm: f32, config: &Config, step: usize) -> String {
     format!(
@@ -489,7 +498,11 @@ pub fn train(
         if state.class_names != classes {
             return Err(Error::Dataset {
                 path: out.clone(),
-                message: "the dataset's classes differ from the checkpoint's; resume with the same --data".into(),
+                message: format!(
+                    "this run's checkpoint has the classes {} but the data given has {}; resume with the data the run was trained on (its data.txt names it)",
+                    short_list(&state.class_names),
+                    short_list(&classes)
+                ),
             });
         }
         trainer.restore(&dir, state)?;

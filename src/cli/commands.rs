@@ -110,6 +110,9 @@ fn run_engine<T: Send + 'static>(
     }
 }
 
+/// File in a run folder naming the data folder it trains on (read by `train --resume`).
+const DATA_NOTE: &str = "data.txt";
+
 pub fn train(args: TrainArgs) -> anyhow::Result<ExitCode> {
     let out = args.out.clone().unwrap_or_else(super::default_run_dir);
     let config = if args.resume {
@@ -120,8 +123,20 @@ pub fn train(args: TrainArgs) -> anyhow::Result<ExitCode> {
         args.config.load()?
     };
     let device = select_device(&args.device)?;
-    let splits = open_data(args.data.as_ref(), &config, args.allow_empty_classes)?;
+    // The run folder remembers its data folder, so `--resume` needs only `--out`.
+    let data_note = out.join(DATA_NOTE);
+    let data = match (&args.data, args.resume) {
+        (Some(d), _) => Some(d.clone()),
+        (None, true) => std::fs::read_to_string(&data_note).ok().map(|s| PathBuf::from(s.trim_end())),
+        (None, false) => None,
+    };
+    let splits = open_data(data.as_ref(), &config, args.allow_empty_classes)?;
     eprintln!("data: {}", splits.description);
+    if !args.resume && !args.overfit_check {
+        let path = data.map_or_else(dataset::bundled_dataset_dir, |d| d.canonicalize().unwrap_or(d));
+        std::fs::create_dir_all(&out).with_context(|| format!("cannot create the run folder {}", out.display()))?;
+        crate::checkpoint::write_atomic(&data_note, format!("{}\n", path.display()).as_bytes())?;
+    }
     if args.overfit_check {
         let d = device.clone();
         let train_ds = splits.train.clone();
@@ -143,7 +158,7 @@ pub fn train(args: TrainArgs) -> anyhow::Result<ExitCode> {
     let summary = run_engine(move |sink, stop| train::train(&req, &d, &splits, sink, stop))?;
     if let Some(val) = &summary.val {
         println!(
-            "test accuracy {:.2}% (top-5 {:.2}%) on {} images after {} epochs, {} steps, {:.0} s on {}",
+            "validation accuracy {:.2}% (top-5 {:.2}%) on {} images after {} epochs, {} steps, {:.0} s on {}",
             val.top1 * 100.0,
             val.top5 * 100.0,
             val.samples,

@@ -48,7 +48,7 @@ enum Command {
     Devices,
     /// Export a run's latest checkpoint as .bpk + .safetensors + model.json.
     Export(commands::ExportArgs),
-    /// Measure training/inference throughput (`bench train`) or memory predictions (`bench memory`).
+    /// Measure throughput (`bench train`), memory predictions (`bench memory`) or the app's frame times (`bench ui`).
     Bench(commands::BenchArgs),
     /// Parameter count, FLOPs and per-stage output shapes of a config's network.
     Info(commands::InfoArgs),
@@ -59,7 +59,7 @@ enum Command {
 /// Config file and per-field overrides, shared by every command that needs a config.
 #[derive(Args, Debug, Clone, Default)]
 pub struct ConfigArgs {
-    /// Preset name (quickstart, 4gb, 6gb, 8gb, 12gb) or path to a TOML config.
+    /// Preset name (quickstart, fashion-mnist, 4gb, 6gb, 8gb, 12gb) or path to a TOML config.
     #[arg(long, short = 'c', default_value = "quickstart")]
     pub config: String,
     /// Override any config key, e.g. `--set train.batch_size=32` (repeatable).
