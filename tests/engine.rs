@@ -194,6 +194,28 @@ fn c15_every_mode_gives_one_training_size_or_names_the_file() {
     }
 }
 
+/// C15's mixed sizes as a dataset: mode `none` cannot batch them, so training refuses before it
+/// starts, naming two files and the setting that fixes it; a fixed-size mode accepts them.
+#[test]
+fn c15_mixed_sizes_in_mode_none_are_refused_before_training() {
+    let dir = tempfile::tempdir().unwrap();
+    let class = dir.path().join("shapes");
+    std::fs::create_dir_all(&class).unwrap();
+    for f in ["wide_300x100.png", "tall_100x300.png", "odd_255x255.png"] {
+        std::fs::copy(cases().join("C15").join(f), class.join(f)).unwrap();
+    }
+    let ds = scan(dir.path(), false).unwrap().0;
+    let none = PreprocessConfig { mode: PreprocessMode::None, load_size: 256, crop_size: 224 };
+    let err = vramfit::loader::check_sizes_agree(&ds, &none).unwrap_err().to_string();
+    assert!(err.contains("resize_and_crop") && err.contains("255x255 and "), "{err}");
+    let fixed = PreprocessConfig { mode: PreprocessMode::ResizeAndCrop, ..none };
+    vramfit::loader::check_sizes_agree(&ds, &fixed).unwrap();
+    let same =
+        ds.samples.iter().filter(|s| matches!(&s.source, SampleSource::File(p) if p.ends_with("odd_255x255.png")));
+    let one = dataset::Dataset { class_names: ds.class_names.clone(), samples: same.cloned().collect() };
+    vramfit::loader::check_sizes_agree(&one, &none).unwrap();
+}
+
 // ---------------------------------------------------------------- folders (C11-C13)
 
 fn scan(dir: &Path, allow_empty: bool) -> vramfit::Result<(dataset::Dataset, dataset::ScanReport)> {
