@@ -303,7 +303,7 @@ pub fn predict(args: PredictArgs) -> anyhow::Result<ExitCode> {
     Ok(if failures == files.len() { ExitCode::FAILURE } else { ExitCode::SUCCESS })
 }
 
-/// `vramfit plan`.
+/// `vramfit plan`: exit status 0 when the configuration fits its budget, 2 when it does not.
 #[derive(Args, Debug)]
 pub struct PlanArgs {
     #[command(flatten)]
@@ -364,7 +364,8 @@ pub fn plan_report(config: &Config, classes: usize) -> String {
 pub fn plan(args: PlanArgs) -> anyhow::Result<ExitCode> {
     let config = args.config.load()?;
     print!("{}", plan_report(&config, args.classes));
-    Ok(ExitCode::SUCCESS)
+    // Exit status 2 when the configuration does not fit, for scripts (`plan && train`).
+    Ok(if crate::memory::plan(&config, args.classes).fits { ExitCode::SUCCESS } else { ExitCode::from(2) })
 }
 
 pub fn devices() -> anyhow::Result<ExitCode> {
