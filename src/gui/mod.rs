@@ -670,22 +670,25 @@ impl VramfitApp {
             });
         });
         ui.horizontal(|ui| {
-            plot("memory").y_axis_label("MiB").show(ui, |p| {
+            // A budget far above the curves would flatten them to the axis: once the run's
+            // memory is known, it is named in the axis label instead of drawn.
+            let budget = self.plan.budget_bytes as f64 / 1024.0 / 1024.0;
+            let top = h.reserved_mib.iter().map(|p| p[1]).fold(h.predicted_mib.unwrap_or(0.0), f64::max);
+            let draw_budget = top == 0.0 || budget <= 4.0 * top;
+            let label = if draw_budget {
+                "MiB".to_string()
+            } else {
+                format!("MiB (budget {}, above)", human_bytes(self.plan.budget_bytes))
+            };
+            plot("memory").y_axis_label(label).show(ui, |p| {
                 p.line(line("bytes_in_use", &h.in_use_mib));
                 p.line(line("bytes_reserved", &h.reserved_mib));
                 p.line(line("peak in use", &h.peak_mib));
                 if let Some(pred) = h.predicted_mib {
                     p.hline(HLine::new("predicted peak", pred));
                 }
-                // A budget far above the curves would flatten them to the axis: it is named in
-                // the legend instead of drawn once the run's memory is known.
-                let budget = self.plan.budget_bytes as f64 / 1024.0 / 1024.0;
-                let top = h.reserved_mib.iter().map(|p| p[1]).fold(h.predicted_mib.unwrap_or(0.0), f64::max);
-                if top == 0.0 || budget <= 4.0 * top {
+                if draw_budget {
                     p.hline(HLine::new("budget", budget));
-                } else {
-                    let name = format!("budget {} (above the chart)", human_bytes(self.plan.budget_bytes));
-                    p.line(Line::new(name, PlotPoints::default()));
                 }
             });
             plot("rate").show(ui, |p| {
