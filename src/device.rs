@@ -88,6 +88,14 @@ impl CpuBackend {
     /// The faster of the two on the machines measured (see README, "CPU inference").
     pub const DEFAULT: CpuBackend = CpuBackend::Flex;
 
+    /// Its short name: `flex` or `ndarray`.
+    pub fn name(self) -> &'static str {
+        match self {
+            CpuBackend::Ndarray => "ndarray",
+            CpuBackend::Flex => "flex",
+        }
+    }
+
     /// The burn device.
     pub fn device(self) -> Device {
         match self {
@@ -178,9 +186,5 @@ pub fn select(choice: DeviceChoice) -> Result<SelectedDevice> {
 }
 
 fn cpu(backend: CpuBackend, note: Option<String>) -> SelectedDevice {
-    let name = match backend {
-        CpuBackend::Ndarray => "CPU (burn ndarray)",
-        CpuBackend::Flex => "CPU (burn flex)",
-    };
-    SelectedDevice { device: backend.device(), name: name.into(), adapter: None, note }
+    SelectedDevice { device: backend.device(), name: format!("CPU (burn {})", backend.name()), adapter: None, note }
 }

@@ -314,8 +314,7 @@ pub struct PlanArgs {
 }
 
 /// The plan as printed by `vramfit plan`.
-pub fn plan_report(config: &Config, classes: usize) -> String {
-    let p = memory::plan(config, classes);
+pub fn plan_report(config: &Config, p: &memory::Plan) -> String {
     let e = &p.estimate;
     let mut s = format!(
         "config {}: batch {} x accumulation {}, {} px, {:?}, checkpointing {}\n",
@@ -363,9 +362,10 @@ pub fn plan_report(config: &Config, classes: usize) -> String {
 
 pub fn plan(args: PlanArgs) -> anyhow::Result<ExitCode> {
     let config = args.config.load()?;
-    print!("{}", plan_report(&config, args.classes));
+    let p = memory::plan(&config, args.classes);
+    print!("{}", plan_report(&config, &p));
     // Exit status 2 when the configuration does not fit, for scripts (`plan && train`).
-    Ok(if crate::memory::plan(&config, args.classes).fits { ExitCode::SUCCESS } else { ExitCode::from(2) })
+    Ok(if p.fits { ExitCode::SUCCESS } else { ExitCode::from(2) })
 }
 
 pub fn devices() -> anyhow::Result<ExitCode> {

@@ -1,20 +1,15 @@
 //! Frame times of the app: what the status bar shows and `vramfit bench ui` reports. The goal is
 //! no frame over [`FRAME_BUDGET_MS`] while training, on any adapter (lavapipe included).
 
-use std::collections::VecDeque;
-
 /// The longest frame the app allows itself while training, in milliseconds (20 frames/s).
 pub const FRAME_BUDGET_MS: f32 = 50.0;
 
-/// Frame times in milliseconds: the last 600 frames, and every frame drawn while training.
+/// Frame times in milliseconds: the last frame, and every frame drawn while training.
 #[derive(Clone, Debug, Default)]
 pub struct FrameTimes {
-    recent: VecDeque<f32>,
+    last: f32,
     training: Vec<f32>,
 }
-
-/// Frames kept in [`FrameTimes::recent`].
-const KEPT: usize = 600;
 
 /// Statistics of a set of frames, in milliseconds.
 #[derive(Clone, Copy, Debug, Default, PartialEq, serde::Serialize)]
@@ -53,10 +48,7 @@ impl FrameSummary {
 impl FrameTimes {
     /// Records one frame of `ms` milliseconds (CPU time of the UI code and rendering).
     pub fn record(&mut self, ms: f32, training: bool) {
-        if self.recent.len() == KEPT {
-            self.recent.pop_front();
-        }
-        self.recent.push_back(ms);
+        self.last = ms;
         if training {
             self.training.push(ms);
         }
@@ -64,12 +56,7 @@ impl FrameTimes {
 
     /// The last frame, ms (0 before the first).
     pub fn last_ms(&self) -> f32 {
-        self.recent.back().copied().unwrap_or(0.0)
-    }
-
-    /// The last 600 frames.
-    pub fn recent(&self) -> FrameSummary {
-        FrameSummary::of(&self.recent.iter().copied().collect::<Vec<_>>())
+        self.last
     }
 
     /// Every frame drawn while a run was training.
@@ -85,19 +72,18 @@ mod tests {
     #[test]
     fn percentiles_and_training_frames() {
         let mut f = FrameTimes::default();
-        for ms in 1..=100 {
-            f.record(ms as f32, ms > 90);
+        let times: Vec<f32> = (1..=100).map(|ms| ms as f32).collect();
+        for &ms in &times {
+            f.record(ms, ms > 90.0);
         }
-        let all = f.recent();
+        let all = FrameSummary::of(&times);
         assert_eq!((all.frames, all.p50_ms, all.p95_ms, all.max_ms, all.over_budget), (100, 50.0, 95.0, 100.0, 50));
         assert_eq!(f.last_ms(), 100.0);
         let t = f.while_training();
         assert_eq!((t.frames, t.p50_ms, t.max_ms, t.over_budget), (10, 95.0, 100.0, 10));
-        for _ in 0..KEPT {
-            f.record(2.0, false);
-        }
-        assert_eq!(f.recent().max_ms, 2.0, "only the last 600 frames count");
-        assert_eq!(f.while_training().frames, 10);
+        f.record(2.0, false);
+        assert_eq!(f.last_ms(), 2.0);
+        assert_eq!(f.while_training().frames, 10, "idle frames do not count");
         assert_eq!(FrameSummary::of(&[]), FrameSummary::default());
     }
 }

@@ -141,7 +141,7 @@ impl VramfitApp {
                 let a = &self.adapters[i];
                 format!("{} ({} {})", a.name, a.backend, a.device_type)
             }
-            _ => format!("CPU ({:?})", self.settings.cpu_backend).replace("Flex", "flex").replace("Ndarray", "ndarray"),
+            _ => format!("CPU ({})", self.settings.cpu_backend.name()),
         }
     }
 
@@ -227,12 +227,13 @@ impl VramfitApp {
         self.job.is_some()
     }
 
-    /// The data and the opened device a job needs, or the message to show (`fix` says what to do
-    /// about unusable data).
-    fn job_inputs(&self, fix: &str) -> Result<(Splits, device::SelectedDevice), String> {
-        let splits = self.data.clone().map_err(|e| format!("{e} ({fix})"))?;
-        let device = device::select(self.device_choice()).map_err(|e| e.to_string())?;
-        Ok((splits, device))
+    /// The data and the opened device a job needs; `None` after showing why not (`fix` says what
+    /// to do about unusable data).
+    fn job_inputs(&mut self, fix: &str) -> Option<(Splits, device::SelectedDevice)> {
+        let inputs = self.data.clone().map_err(|e| format!("{e} ({fix})")).and_then(|splits| {
+            device::select(self.device_choice()).map(|device| (splits, device)).map_err(|e| e.to_string())
+        });
+        inputs.map_err(|e| self.error = Some(e)).ok()
     }
 
     /// Starts training (or resumes the last run).
@@ -240,13 +241,7 @@ impl VramfitApp {
         if self.job.is_some() {
             return;
         }
-        let (splits, device) = match self.job_inputs("pick another dataset folder") {
-            Ok(inputs) => inputs,
-            Err(e) => {
-                self.error = Some(e);
-                return;
-            }
-        };
+        let Some((splits, device)) = self.job_inputs("pick another dataset folder") else { return };
         let (out, config) = if resume {
             let Some(run) = self.last_run.clone() else {
                 self.error = Some("nothing to resume: train first".into());
@@ -294,13 +289,7 @@ impl VramfitApp {
             self.error = Some("nothing to evaluate: train first".into());
             return;
         };
-        let (splits, device) = match self.job_inputs("pick the dataset the run was trained on") {
-            Ok(inputs) => inputs,
-            Err(e) => {
-                self.error = Some(e);
-                return;
-            }
-        };
+        let Some((splits, device)) = self.job_inputs("pick the dataset the run was trained on") else { return };
         let ctx = ctx.clone();
         match EvalJob::start(run, splits.val, device, move || ctx.request_repaint()) {
             Ok(job) => {
@@ -863,23 +852,21 @@ pub struct UiBenchResult {
 /// Bench mode of the app: train for `seconds`, stop, then close the window.
 struct UiBench {
     seconds: f64,
-    started: Option<std::time::Instant>,
+    /// When training is stopped; set on the first frame, which starts it.
+    deadline: Option<std::time::Instant>,
     result: std::sync::Arc<std::sync::Mutex<Option<UiBenchResult>>>,
 }
 
 impl VramfitApp {
     fn bench_tick(&mut self, ctx: &egui::Context) {
-        let Some(started) = self.bench.as_ref().map(|b| b.started) else { return };
-        let Some(started) = started else {
-            if let Some(b) = &mut self.bench {
-                b.started = Some(std::time::Instant::now());
-            }
+        let Some(b) = &mut self.bench else { return };
+        let Some(deadline) = b.deadline else {
+            b.deadline = Some(std::time::Instant::now() + std::time::Duration::from_secs_f64(b.seconds));
             self.start_training(ctx, false);
             return;
         };
-        let over = started.elapsed().as_secs_f64() >= self.bench.as_ref().map_or(0.0, |b| b.seconds);
         if self.training() {
-            if over {
+            if std::time::Instant::now() >= deadline {
                 self.stop_training();
             }
             return;
@@ -920,7 +907,7 @@ pub fn bench_ui(seconds: f64) -> anyhow::Result<UiBenchResult> {
         Box::new(move |_cc| {
             let mut app = VramfitApp::new(Settings::default());
             app.runs_dir = dir;
-            app.bench = Some(UiBench { seconds, started: None, result: slot });
+            app.bench = Some(UiBench { seconds, deadline: None, result: slot });
             Ok(Box::new(app))
         }),
     )
