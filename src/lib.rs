@@ -25,6 +25,7 @@ pub mod infer;
 pub mod loader;
 pub mod memory;
 pub mod model;
+pub mod onnx;
 pub mod precision;
 pub mod preprocess;
 pub mod schedule;

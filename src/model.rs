@@ -204,14 +204,19 @@ impl ConvNormAct {
         Self { conv, norm, activation }
     }
 
+    /// Zero padding on every side of the convolution's input, in pixels (1 for 3x3, 0 for 1x1).
+    pub fn padding(&self) -> usize {
+        match self.conv.padding {
+            PaddingConfig2d::Explicit(p, ..) => p,
+            _ => 0,
+        }
+    }
+
     /// # Shapes
     /// `[B, C_in, H, W]` -> `[B, C_out, H / stride, W / stride]`, in `dtype`.
     fn forward(&self, x: Tensor<4>, precision: Precision) -> Tensor<4> {
         let c = &self.conv;
-        let p = match c.padding {
-            PaddingConfig2d::Explicit(p, ..) => p,
-            _ => 0,
-        };
+        let p = self.padding();
         let options = ConvOptions::new(c.stride, [p, p], c.dilation, c.groups);
         let x = match precision {
             Precision::F32 => {
@@ -283,6 +288,13 @@ pub struct DsBlock {
     pub pw: ConvNormAct,
     #[module(skip)]
     residual: bool,
+}
+
+impl DsBlock {
+    /// Whether the block adds its input to its output (stride 1 and unchanged channels).
+    pub fn residual(&self) -> bool {
+        self.residual
+    }
 }
 
 /// The classifier network.

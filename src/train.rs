@@ -362,6 +362,11 @@ impl Trainer {
 /// Splits a host batch into `factor` nearly equal pieces (fewer if the batch is smaller).
 fn split_batch(batch: &Batch, factor: usize) -> Vec<Batch> {
     let n = batch.len();
+    if n == 0 {
+        // Every file of the batch failed to decode: nothing to run (an empty tensor would crash
+        // GroupNorm). The step counts no images and the loop moves on.
+        return vec![];
+    }
     if factor <= 1 || n <= 1 {
         return vec![Batch { skipped: vec![], ..batch.clone() }];
     }

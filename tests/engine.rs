@@ -442,6 +442,126 @@ fn train_export_predict_parity_and_resume() {
     }
 }
 
+// ---------------------------------------------------------------- ONNX export against ONNX Runtime
+
+/// The Python that imports onnx, onnxruntime, numpy and PIL: `VRAMFIT_ONNX_PYTHON` (`.ci/run`
+/// sets it to its virtual environment), else `python3`. Without one the ONNX Runtime checks print
+/// why and skip, unless `VRAMFIT_REQUIRE_ONNX` is set (as in CI), where a missing runtime fails.
+fn onnx_python() -> Option<PathBuf> {
+    let python = std::env::var_os("VRAMFIT_ONNX_PYTHON").map_or_else(|| PathBuf::from("python3"), PathBuf::from);
+    let imports = std::process::Command::new(&python)
+        .args(["-c", "import onnx, onnxruntime, numpy, PIL"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if imports {
+        return Some(python);
+    }
+    assert!(
+        std::env::var_os("VRAMFIT_REQUIRE_ONNX").is_none(),
+        "VRAMFIT_REQUIRE_ONNX is set but {} cannot import onnx, onnxruntime, numpy and PIL",
+        python.display()
+    );
+    eprintln!("skipped: no Python with onnx and onnxruntime (set VRAMFIT_ONNX_PYTHON; .ci/run makes one)");
+    None
+}
+
+/// The first `n` bundled test images as PNG files in `dir` (what a user would predict on).
+fn bundled_test_pngs(dir: &Path, n: usize) -> PathBuf {
+    std::fs::create_dir_all(dir).unwrap();
+    let pipe = SamplePipeline::from_config(&quickstart(), false);
+    for (i, s) in bundled().val.samples.iter().take(n).enumerate() {
+        pipe.decode(&s.source).unwrap().save(dir.join(format!("{i:04}.png"))).unwrap();
+    }
+    dir.to_path_buf()
+}
+
+/// `vramfit predict --json` with every class on `images`, then `tests/onnx/ort_check.py` (onnx
+/// checker + ONNX Runtime on `export/model.onnx`, same files). Returns the checker's summary;
+/// panics when it fails (top-1 agreement under 100% or probabilities more than 1e-4 apart).
+fn ort_check(python: &Path, export: &Path, images: &Path, predict_device: &[&str]) -> serde_json::Value {
+    let predict = std::process::Command::new(env!("CARGO_BIN_EXE_vramfit"))
+        .args(["predict", "--json", "--top-k", "10", "--model"])
+        .arg(export)
+        .args(predict_device)
+        .arg(images)
+        .output()
+        .unwrap();
+    assert!(predict.status.success(), "predict: {}", String::from_utf8_lossy(&predict.stderr));
+    let predictions = export.join("predict.jsonl");
+    std::fs::write(&predictions, &predict.stdout).unwrap();
+    let check = std::process::Command::new(python)
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/onnx/ort_check.py"))
+        .arg("--model")
+        .arg(export)
+        .arg("--predictions")
+        .arg(&predictions)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&check.stdout);
+    eprintln!("ort_check {}: {stdout}", export.display());
+    assert!(check.status.success(), "ort_check failed: {stdout}{}", String::from_utf8_lossy(&check.stderr));
+    serde_json::from_str(stdout.trim()).unwrap()
+}
+
+#[test]
+fn onnx_export_matches_onnx_runtime_for_both_precisions_and_inputs() {
+    use vramfit::export::{ExportOptions, export_run_with};
+    use vramfit::onnx::OnnxInput;
+    let Some(python) = onnx_python() else { return };
+    let splits = bundled();
+    let dir = tempfile::tempdir().unwrap();
+    let images = bundled_test_pngs(&dir.path().join("images"), 1000);
+    let cpu = device::select(DeviceChoice::Cpu(CpuBackend::Flex)).unwrap();
+    for (precision, device) in [(vramfit::config::Precision::F32, cpu), (vramfit::config::Precision::F16, gpu())] {
+        let mut config = quickstart();
+        config.train.epochs = 1;
+        config.train.precision = precision;
+        let run = dir.path().join(format!("run-{precision:?}"));
+        let mut req = TrainRequest::new(config, &run);
+        req.max_steps = Some(30);
+        train::train(&req, &device, &splits, &mut |_| {}, &StopSignal::new()).unwrap();
+        for onnx_input in [OnnxInput::F32Nchw, OnnxInput::U8Nhwc] {
+            let export = dir.path().join(format!("export-{precision:?}-{onnx_input:?}"));
+            export_run_with(&run, &export, &ExportOptions { onnx_input, ..Default::default() }).unwrap();
+            let summary = ort_check(&python, &export, &images, &["--device", "cpu"]);
+            assert_eq!(summary["images"], 1000);
+            assert_eq!(summary["input"], onnx_input.input_name());
+        }
+    }
+}
+
+#[test]
+fn a_batch_of_only_undecodable_files_is_skipped_not_a_crash() {
+    // C21: at batch size 1 a zero-byte file (or a HEIC named .jpg) is a whole batch of nothing.
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    for (class, shade) in [("dark", 40u8), ("light", 220u8)] {
+        std::fs::create_dir_all(data.join(class)).unwrap();
+        for i in 0..4u8 {
+            image::GrayImage::from_pixel(28, 28, image::Luma([shade + i])).save(data.join(class).join(format!("{i}.png"))).unwrap();
+        }
+    }
+    std::fs::write(data.join("dark/empty.png"), b"").unwrap();
+    std::fs::copy(cases().join("C08/heic_brand_named.jpg"), data.join("light/photo.jpg")).unwrap();
+    let splits =
+        dataset::open(&data, &ScanOptions { val_fraction: 0.0, seed: 1, allow_empty_classes: false }).unwrap();
+    let mut config = quickstart();
+    config.train.epochs = 1;
+    config.train.batch_size = 1;
+    let cpu = device::select(DeviceChoice::Cpu(CpuBackend::Flex)).unwrap();
+    let req = TrainRequest::new(config, dir.path().join("run"));
+    let mut skipped = Vec::new();
+    let sink = &mut |e| {
+        if let Event::SampleSkipped { source, .. } = e {
+            skipped.push(source)
+        }
+    };
+    let summary = train::train(&req, &cpu, &splits, sink, &StopSignal::new()).unwrap();
+    assert_eq!(summary.global_step, 8, "one step per decodable image");
+    assert_eq!(summary.skipped, 2);
+    assert_eq!(skipped.len(), 2, "{skipped:?}");
+}
+
 #[test]
 fn an_impossible_batch_is_refused_before_training_with_the_numbers() {
     let device = gpu();
@@ -802,6 +922,12 @@ fn gui_tiers_estimate_train_stop_resume_export_and_drop_prediction() {
     // Export, then drop images on the window.
     let export = dir.path().join("export");
     harness.state().export_to(&export).unwrap();
+    // The app's export opens in ONNX Runtime as the CLI's does, with the same probabilities.
+    assert!(export.join("model.onnx").is_file());
+    if let Some(python) = onnx_python() {
+        let images = bundled_test_pngs(&dir.path().join("images"), 200);
+        assert_eq!(ort_check(&python, &export, &images, &["--device", "cpu"])["images"], 200);
+    }
     harness.state_mut().predict.model_path = Some(export);
     harness.input_mut().dropped_files.push(std::sync::Arc::new(TestDrop(cases().join("C07/ok_baseline.jpg"))));
     harness.step();

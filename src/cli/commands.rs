@@ -406,11 +406,27 @@ pub struct ExportArgs {
     /// Output folder (default <run>/export).
     #[arg(long)]
     out: Option<PathBuf>,
+    /// Weight files to write: all (model.bpk, model.safetensors, model.onnx), bpk, safetensors
+    /// or onnx; model.json is always written.
+    #[arg(long, default_value = "all", value_parser = ["all", "bpk", "safetensors", "onnx"])]
+    format: String,
+    /// Input of the ONNX graph: f32-nchw (normalized [N, 3, H, W] floats) or u8-nhwc ([N, H, W, 3]
+    /// RGB pixels, normalized inside the graph).
+    #[arg(long, default_value = "f32-nchw", value_parser = ["f32-nchw", "u8-nhwc"])]
+    onnx_input: String,
 }
 
 pub fn export(args: ExportArgs) -> anyhow::Result<ExitCode> {
     let out = args.out.unwrap_or_else(|| args.run.join("export"));
-    for f in crate::export::export_run(&args.run, &out)? {
+    let options = crate::export::ExportOptions {
+        format: args.format.parse().map_err(anyhow::Error::msg)?,
+        onnx_input: if args.onnx_input == "u8-nhwc" {
+            crate::onnx::OnnxInput::U8Nhwc
+        } else {
+            crate::onnx::OnnxInput::F32Nchw
+        },
+    };
+    for f in crate::export::export_run_with(&args.run, &out, &options)? {
         println!("wrote {}", f.display());
     }
     Ok(ExitCode::SUCCESS)
