@@ -511,8 +511,9 @@ fn onnx_export_matches_onnx_runtime_for_both_precisions_and_inputs() {
     let splits = bundled();
     let dir = tempfile::tempdir().unwrap();
     let images = bundled_test_pngs(&dir.path().join("images"), 1000);
-    let cpu = device::select(DeviceChoice::Cpu(CpuBackend::Flex)).unwrap();
-    for (precision, device) in [(vramfit::config::Precision::F32, cpu), (vramfit::config::Precision::F16, gpu())] {
+    // Both precisions train on burn flex: 30 steps take seconds there, minutes on lavapipe.
+    let device = device::select(DeviceChoice::Cpu(CpuBackend::Flex)).unwrap();
+    for precision in [vramfit::config::Precision::F32, vramfit::config::Precision::F16] {
         let mut config = quickstart();
         config.train.epochs = 1;
         config.train.precision = precision;
