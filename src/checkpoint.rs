@@ -1,9 +1,13 @@
-//! Checkpoints: everything a stopped or crashed run needs to continue, written atomically.
+//! Checkpoints: everything a stopped or crashed run needs to continue, written durably.
 //!
-//! A checkpoint is a folder `checkpoints/step-<N>/` holding `model.bpk`, `optimizer.bpk` and
-//! `state.json`; the file `checkpoints/latest.json` names the newest complete one and is replaced
-//! by rename after the folder is fully written, so a crash at any moment leaves the previous
-//! checkpoint in force. Older folders are removed after the pointer moves.
+//! A checkpoint is a folder `checkpoints/step-<N>/` holding `model.bpk`, `optimizer.bpk`,
+//! `state.json` and, written last, `checksums.json` (size and CRC-32 of each of the three). The
+//! file `checkpoints/latest.json` names the newest complete one. Every file is written to a
+//! temporary name, synced, renamed, and its folder synced ([`write_atomic`]), so a crash or power
+//! cut at any moment leaves complete checkpoints complete. The newest `train.keep_checkpoints`
+//! (default 2) are kept. Reading ([`find_latest`]) verifies the checksums and falls back to the
+//! newest intact checkpoint when the newest is damaged (emptied by a full disk, truncated),
+//! naming the damaged file.
 
 use std::path::{Path, PathBuf};
 
@@ -33,16 +37,59 @@ pub struct TrainState {
     pub class_names: Vec<String>,
 }
 
-/// Writes `bytes` to `path` atomically: a temporary file in the same folder, then rename.
+/// Writes `bytes` to `path` atomically and durably: a temporary file in the same folder, synced
+/// (`fsync`), renamed over `path`, then the folder synced so the rename itself survives a power
+/// cut. A crash leaves either the old file or the new one, and at worst a `.NAME.tmp` file that
+/// [`remove_temporaries`] deletes.
 ///
 /// # Errors
-/// [`Error::Io`] naming the path.
+/// [`Error::Io`] naming the path (a full disk fails here, before the old file is replaced).
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
-    let dir = path.parent().unwrap_or(Path::new("."));
+    use std::io::Write;
+    let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
     std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
     let tmp = dir.join(format!(".{}.tmp", path.file_name().and_then(|n| n.to_str()).unwrap_or("file")));
-    std::fs::write(&tmp, bytes).map_err(|e| Error::io(&tmp, e))?;
-    std::fs::rename(&tmp, path).map_err(|e| Error::io(path, e))
+    let written = std::fs::File::create(&tmp).and_then(|mut f| {
+        f.write_all(bytes)?;
+        f.sync_all()
+    });
+    if let Err(e) = written {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(Error::io(&tmp, e));
+    }
+    std::fs::rename(&tmp, path).map_err(|e| Error::io(path, e))?;
+    sync_dir(dir)
+}
+
+/// Syncs a folder's entries (the names created or renamed in it) to disk. A no-op where folders
+/// cannot be opened for syncing (Windows).
+fn sync_dir(dir: &Path) -> Result<()> {
+    #[cfg(unix)]
+    std::fs::File::open(dir).and_then(|d| d.sync_all()).map_err(|e| Error::io(dir, e))?;
+    let _ = dir;
+    Ok(())
+}
+
+/// Deletes the `.NAME.tmp` files that an interrupted [`write_atomic`] left in a run folder, its
+/// `checkpoints/` and `export/` and each checkpoint folder. Returns how many were removed.
+pub fn remove_temporaries(run_dir: &Path) -> usize {
+    let root = checkpoints_dir(run_dir);
+    let mut dirs = vec![run_dir.to_path_buf(), run_dir.join("export"), root.clone()];
+    if let Ok(entries) = std::fs::read_dir(&root) {
+        dirs.extend(entries.flatten().map(|e| e.path()).filter(|p| p.is_dir()));
+    }
+    let mut removed = 0;
+    for dir in dirs {
+        let Ok(entries) = std::fs::read_dir(&dir) else { continue };
+        for e in entries.flatten() {
+            let name = e.file_name();
+            let name = name.to_string_lossy();
+            if name.starts_with('.') && name.ends_with(".tmp") && std::fs::remove_file(e.path()).is_ok() {
+                removed += 1;
+            }
+        }
+    }
+    removed
 }
 
 /// The model's weights as burnpack bytes.
@@ -89,49 +136,229 @@ pub fn checkpoints_dir(run_dir: &Path) -> PathBuf {
     run_dir.join("checkpoints")
 }
 
-/// Writes a checkpoint and moves `latest.json` to it. Returns its folder.
+/// Files of a checkpoint folder that `checksums.json` covers, in the order they are written.
+pub const CHECKPOINT_FILES: [&str; 3] = ["model.bpk", "optimizer.bpk", "state.json"];
+
+/// Size and CRC-32 (IEEE, as zlib/PNG) of one checkpoint file.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FileChecksum {
+    /// Length in bytes.
+    pub bytes: u64,
+    /// CRC-32 of the contents.
+    pub crc32: u32,
+}
+
+impl FileChecksum {
+    /// The checksum of `data`.
+    pub fn of(data: &[u8]) -> Self {
+        Self { bytes: data.len() as u64, crc32: crc32fast::hash(data) }
+    }
+}
+
+/// Writes a checkpoint durably, moves `latest.json` to it and deletes all but the newest `keep`
+/// checkpoints (at least 1). Returns its folder.
 ///
 /// # Errors
-/// [`Error::Io`] naming the file that could not be written; the previous checkpoint stays valid.
-pub fn save(run_dir: &Path, model: &Classifier, optimizer_bytes: &[u8], state: &TrainState) -> Result<PathBuf> {
+/// [`Error::Io`] naming the file that could not be written; the previous checkpoints stay valid.
+pub fn save(
+    run_dir: &Path,
+    model: &Classifier,
+    optimizer_bytes: &[u8],
+    state: &TrainState,
+    keep: usize,
+) -> Result<PathBuf> {
     let root = checkpoints_dir(run_dir);
     let name = format!("step-{:08}", state.global_step);
     let dir = root.join(&name);
     std::fs::create_dir_all(&dir).map_err(|e| Error::io(&dir, e))?;
-    write_atomic(&dir.join("model.bpk"), &model_bytes(model)?)?;
-    write_atomic(&dir.join("optimizer.bpk"), optimizer_bytes)?;
-    let json = serde_json::to_vec_pretty(state).map_err(|e| Error::io(dir.join("state.json"), e))?;
-    write_atomic(&dir.join("state.json"), &json)?;
+    // A folder of the same step from an earlier, interrupted save must not look complete while
+    // its files are replaced one by one.
+    let checksums_path = dir.join("checksums.json");
+    if checksums_path.exists() {
+        std::fs::remove_file(&checksums_path).map_err(|e| Error::io(&checksums_path, e))?;
+    }
+    let state_json = serde_json::to_vec_pretty(state).map_err(|e| Error::io(dir.join("state.json"), e))?;
+    let files = [model_bytes(model)?, optimizer_bytes.to_vec(), state_json];
+    let mut sums = std::collections::BTreeMap::new();
+    for (file, bytes) in CHECKPOINT_FILES.iter().zip(&files) {
+        write_atomic(&dir.join(file), bytes)?;
+        sums.insert(file.to_string(), FileChecksum::of(bytes));
+    }
+    let sums = serde_json::to_vec_pretty(&sums).map_err(|e| Error::io(&checksums_path, e))?;
+    write_atomic(&checksums_path, &sums)?;
+    sync_dir(&root)?;
     let pointer = serde_json::json!({ "checkpoint": name });
     write_atomic(&root.join("latest.json"), pointer.to_string().as_bytes())?;
-    if let Ok(entries) = std::fs::read_dir(&root) {
-        for e in entries.flatten() {
-            let n = e.file_name().to_string_lossy().to_string();
-            if n.starts_with("step-") && n != name {
-                let _ = std::fs::remove_dir_all(e.path());
-            }
-        }
+    let mut steps = step_folders(&root);
+    steps.retain(|n| *n != name);
+    for old in steps.iter().skip(keep.max(1) - 1) {
+        let _ = std::fs::remove_dir_all(root.join(old));
     }
     Ok(dir)
 }
 
-/// The newest complete checkpoint of a run: (folder, state).
+/// Names of the `step-*` folders under `root`, newest first.
+fn step_folders(root: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(root)
+        .map(|entries| {
+            entries
+                .flatten()
+                .filter(|e| e.path().is_dir())
+                .filter_map(|e| e.file_name().to_str().map(String::from))
+                .filter(|n| n.starts_with("step-"))
+                .collect()
+        })
+        .unwrap_or_default();
+    names.sort_unstable_by(|a, b| b.cmp(a)); // zero-padded step numbers: newest first
+    names
+}
+
+/// Checks a checkpoint folder against its `checksums.json` and reads its state.
+///
+/// A folder without `checksums.json` (written by vramfit before checksums existed) is accepted
+/// only when `legacy_ok`, i.e. when `latest.json` names it.
 ///
 /// # Errors
-/// [`Error::Io`] when the run has no checkpoint or it is unreadable.
-pub fn latest(run_dir: &Path) -> Result<(PathBuf, TrainState)> {
+/// A one-line reason naming the damaged or missing file.
+pub fn verify(dir: &Path, legacy_ok: bool) -> std::result::Result<TrainState, String> {
+    let sums_path = dir.join("checksums.json");
+    match std::fs::read(&sums_path) {
+        Ok(text) => {
+            let sums: std::collections::BTreeMap<String, FileChecksum> = serde_json::from_slice(&text)
+                .map_err(|e| format!("{} is damaged ({e})", sums_path.display()))?;
+            for file in CHECKPOINT_FILES {
+                let path = dir.join(file);
+                let want = sums.get(file).ok_or_else(|| format!("{} does not list {file}", sums_path.display()))?;
+                let data = std::fs::read(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+                let got = FileChecksum::of(&data);
+                if got != *want {
+                    return Err(format!(
+                        "{} is damaged ({} bytes, CRC-32 {:08x}; the checkpoint recorded {} bytes, {:08x})",
+                        path.display(),
+                        got.bytes,
+                        got.crc32,
+                        want.bytes,
+                        want.crc32
+                    ));
+                }
+            }
+        }
+        Err(_) if legacy_ok => {}
+        Err(_) => return Err(format!("{} is incomplete (no checksums.json: its save was interrupted)", dir.display())),
+    }
+    let state_path = dir.join("state.json");
+    let bytes = std::fs::read(&state_path).map_err(|e| format!("{}: {e}", state_path.display()))?;
+    serde_json::from_slice(&bytes).map_err(|e| format!("{} is damaged ({e})", state_path.display()))
+}
+
+/// The checkpoint a run continues from.
+#[derive(Clone, Debug)]
+pub struct LatestCheckpoint {
+    /// Its folder.
+    pub dir: PathBuf,
+    /// Its state.
+    pub state: TrainState,
+    /// Newer checkpoints (or a `latest.json`) that were passed over, each with the damaged file.
+    pub damaged: Vec<String>,
+}
+
+/// The newest intact checkpoint of a run: the one `latest.json` names if it verifies, else the
+/// newest `step-*` folder that does ([`verify`]); what was passed over is listed in `damaged`.
+///
+/// # Errors
+/// [`Error::Io`] when the run has no checkpoint, or none is intact (naming each damaged file).
+pub fn find_latest(run_dir: &Path) -> Result<LatestCheckpoint> {
     let root = checkpoints_dir(run_dir);
     let pointer_path = root.join("latest.json");
-    let text = std::fs::read_to_string(&pointer_path).map_err(|e| {
-        Error::io(&pointer_path, format!("no checkpoint to resume ({e}); train without --resume first"))
-    })?;
-    let v: serde_json::Value = serde_json::from_str(&text).map_err(|e| Error::io(&pointer_path, e))?;
-    let name = v["checkpoint"].as_str().ok_or_else(|| Error::io(&pointer_path, "no `checkpoint` field"))?;
-    let dir = root.join(name);
-    let state_path = dir.join("state.json");
-    let state: TrainState = serde_json::from_slice(&std::fs::read(&state_path).map_err(|e| Error::io(&state_path, e))?)
-        .map_err(|e| Error::io(&state_path, e))?;
-    Ok((dir, state))
+    let mut damaged = Vec::new();
+    let pointed = match std::fs::read(&pointer_path) {
+        Ok(text) => match serde_json::from_slice::<serde_json::Value>(&text) {
+            Ok(v) if v["checkpoint"].is_string() => v["checkpoint"].as_str().map(String::from),
+            _ => {
+                damaged.push(format!("{} is damaged ({} bytes, no checkpoint name)", pointer_path.display(), text.len()));
+                None
+            }
+        },
+        Err(_) => None,
+    };
+    let mut candidates: Vec<(String, bool)> = pointed.iter().map(|n| (n.clone(), true)).collect();
+    candidates.extend(step_folders(&root).into_iter().filter(|n| Some(n) != pointed.as_ref()).map(|n| (n, false)));
+    for (name, legacy_ok) in candidates {
+        let dir = root.join(&name);
+        match verify(&dir, legacy_ok) {
+            Ok(state) => return Ok(LatestCheckpoint { dir, state, damaged }),
+            Err(reason) => damaged.push(reason),
+        }
+    }
+    let message = if damaged.is_empty() {
+        "no checkpoint to resume; train without --resume first".to_string()
+    } else {
+        format!("no intact checkpoint: {}", damaged.join("; "))
+    };
+    Err(Error::io(&root, message))
+}
+
+/// Whether a run folder has any checkpoint, intact or not (a `latest.json` or a `step-*` folder).
+pub fn any_checkpoint(run_dir: &Path) -> bool {
+    let root = checkpoints_dir(run_dir);
+    root.join("latest.json").exists() || !step_folders(&root).is_empty()
+}
+
+/// The newest intact checkpoint of a run: (folder, state). See [`find_latest`].
+///
+/// # Errors
+/// As [`find_latest`].
+pub fn latest(run_dir: &Path) -> Result<(PathBuf, TrainState)> {
+    find_latest(run_dir).map(|l| (l.dir, l.state))
+}
+
+/// What a folder holds if it already holds a run (a `config.toml`, checkpoints or metrics): its
+/// classes, step and newest checkpoint, in words. `None` for a new or empty folder.
+///
+/// Training into a folder that holds a run without resuming would replace its checkpoints and
+/// export and mix both runs in its CSV files, so the engine refuses it ([`crate::train::train`]).
+pub fn describe_run(run_dir: &Path) -> Option<String> {
+    let markers = ["config.toml", "checkpoints", "metrics.csv", "export"];
+    if !markers.iter().any(|m| run_dir.join(m).exists()) {
+        return None;
+    }
+    Some(match find_latest(run_dir) {
+        Ok(l) => format!(
+            "classes {}, {} steps, {} epochs done, newest checkpoint {}",
+            short_names(&l.state.class_names),
+            l.state.global_step,
+            l.state.epoch,
+            l.dir.display()
+        ),
+        Err(_) => "a run's files (config.toml, metrics or export) but no intact checkpoint".to_string(),
+    })
+}
+
+/// Refuses a folder that already holds a run ([`describe_run`]), for commands that would start a
+/// new run in it.
+///
+/// # Errors
+/// [`Error::Io`] naming the folder, what it holds and the two ways on.
+pub fn refuse_existing_run(run_dir: &Path) -> Result<()> {
+    match describe_run(run_dir) {
+        None => Ok(()),
+        Some(held) => Err(Error::io(
+            run_dir,
+            format!(
+                "this folder already holds a run ({held}); nothing was changed. Continue it with \
+                 `vramfit train --resume --out {}` (the app: Resume), or train into another folder (--out)",
+                run_dir.display()
+            ),
+        )),
+    }
+}
+
+fn short_names(names: &[String]) -> String {
+    if names.len() <= 6 {
+        format!("{names:?}")
+    } else {
+        format!("{} ({:?}, ...)", names.len(), &names[..3])
+    }
 }
 
 /// The network of a run's newest checkpoint on `device`, with the run's configuration (its

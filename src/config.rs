@@ -196,6 +196,9 @@ pub struct TrainConfig {
     pub memory_sample_every: usize,
     /// In f16, stop after this many consecutive skipped (overflowing) steps.
     pub max_skipped_steps: usize,
+    /// Newest checkpoints kept in the run folder (at least 1); resume falls back to an older one
+    /// when the newest is damaged.
+    pub keep_checkpoints: usize,
 }
 
 impl Default for TrainConfig {
@@ -210,6 +213,7 @@ impl Default for TrainConfig {
             grad_clip_norm: 1.0,
             memory_sample_every: 10,
             max_skipped_steps: 20,
+            keep_checkpoints: 2,
         }
     }
 }
@@ -307,6 +311,58 @@ impl Config {
         toml::to_string_pretty(self).unwrap_or_else(|e| format!("# cannot serialize config: {e}\n"))
     }
 
+    /// Keys a resumed run cannot change: they change the network, or what it sees, so its
+    /// checkpoint no longer fits or its metrics stop being comparable.
+    pub const FROZEN_ON_RESUME: [&'static str; 7] =
+        ["model.", "data.preprocess.", "data.mean", "data.std", "data.alpha", "data.val_fraction", "seed"];
+
+    /// Applies command-line overrides (`KEY=VALUE`, as [`Self::set`]) to a run's stored config
+    /// when it resumes. Returns one line per key whose value changed, `key: old -> new`.
+    ///
+    /// `train.epochs` extends or shortens the run: the warmup + cosine schedule is recomputed for
+    /// the new length from the resume step on. Batch size, accumulation, budget, precision,
+    /// learning rate and the other training keys apply from the next step.
+    ///
+    /// # Errors
+    /// [`Error::Config`] naming a key of [`Self::FROZEN_ON_RESUME`] whose value would change, or
+    /// a bad override.
+    pub fn apply_on_resume(&mut self, overrides: &[String]) -> Result<Vec<String>> {
+        let mut changes = Vec::new();
+        for assignment in overrides {
+            let key = assignment.split_once('=').map_or(assignment.as_str(), |(k, _)| k).trim().to_string();
+            let before = self.value_at(&key);
+            let mut next = self.clone();
+            next.set(assignment)?;
+            let after = next.value_at(&key);
+            if before == after {
+                continue;
+            }
+            if Self::FROZEN_ON_RESUME.iter().any(|f| key.starts_with(f)) {
+                return Err(Error::Config {
+                    source_name: format!("--resume with {assignment}"),
+                    message: format!(
+                        "{key} cannot change on resume (the run was trained with {}): it changes the network or what \
+                         it sees; start a new run with another --out",
+                        before.unwrap_or_default()
+                    ),
+                });
+            }
+            changes.push(format!("{key}: {} -> {}", before.unwrap_or_default(), after.unwrap_or_default()));
+            *self = next;
+        }
+        Ok(changes)
+    }
+
+    /// The value of a dotted key as TOML text (`None` when the key does not exist).
+    fn value_at(&self, key: &str) -> Option<String> {
+        let root = toml::Value::try_from(self).ok()?;
+        let mut node = &root;
+        for part in key.split('.') {
+            node = node.get(part)?;
+        }
+        Some(node.to_string())
+    }
+
     /// Applies one `key=value` override such as `train.batch_size=32` or
     /// `data.preprocess.mode="crop"`. The value is parsed as TOML; a bare word becomes a string.
     ///
@@ -357,6 +413,7 @@ impl Config {
         check(t.grad_clip_norm >= 0.0 && t.grad_clip_norm.is_finite(), "train.grad_clip_norm must be >= 0 (0 = off)")?;
         check(t.memory_sample_every >= 1, "train.memory_sample_every must be >= 1")?;
         check(t.max_skipped_steps >= 1, "train.max_skipped_steps must be >= 1")?;
+        check(t.keep_checkpoints >= 1, "train.keep_checkpoints must be >= 1")?;
         let o = &self.optimizer;
         check(o.lr > 0.0 && o.lr.is_finite(), "optimizer.lr must be > 0")?;
         check(o.weight_decay >= 0.0, "optimizer.weight_decay must be >= 0")?;

@@ -248,7 +248,7 @@ impl Trainer {
 
     fn save(&self, run_dir: &Path) -> Result<PathBuf> {
         let opt = self.optim.into_bytes().map_err(|e| Error::io(run_dir.join("optimizer.bpk"), e))?;
-        checkpoint::save(run_dir, self.model(), &opt, &self.state)
+        checkpoint::save(run_dir, self.model(), &opt, &self.state, self.config.train.keep_checkpoints)
     }
 
     /// One optimizer step over `batches` (the step's loader batches).
@@ -412,6 +412,30 @@ fn diagnosis(loss: f32, grad_norm: f32, config: &Config, step: usize) -> String 
     )
 }
 
+/// Keeps the header and the rows of a CSV file whose first column `keep` accepts, dropping the
+/// rest (rows written after the checkpoint a run resumes from, so no step appears twice).
+///
+/// # Errors
+/// [`Error::Io`] naming the file.
+fn truncate_csv(path: &Path, keep: impl Fn(usize) -> bool) -> Result<usize> {
+    let Ok(text) = std::fs::read_to_string(path) else { return Ok(0) };
+    let mut out = String::with_capacity(text.len());
+    let mut dropped = 0;
+    for (i, line) in text.lines().enumerate() {
+        let first = line.split(',').next().and_then(|v| v.parse::<usize>().ok());
+        if i == 0 || first.is_some_and(&keep) {
+            out.push_str(line);
+            out.push('\n');
+        } else {
+            dropped += 1;
+        }
+    }
+    if dropped > 0 {
+        checkpoint::write_atomic(path, out.as_bytes())?;
+    }
+    Ok(dropped)
+}
+
 fn csv_append(path: &Path, header: &str, line: &str) -> Result<()> {
     let new = !path.exists();
     let mut f = std::fs::OpenOptions::new().create(true).append(true).open(path).map_err(|e| Error::io(path, e))?;
@@ -498,8 +522,41 @@ pub fn train(
     let steps_per_epoch = n_batches.div_ceil(accum);
     let steps_total = steps_per_epoch * config.train.epochs;
     let mut trainer = Trainer::new(&config, precision, &device.device, classes.clone(), steps_total, steps_per_epoch);
-    if req.resume {
-        let (dir, state) = checkpoint::latest(out)?;
+    if !req.resume {
+        checkpoint::refuse_existing_run(out)?;
+    }
+    let leftovers = checkpoint::remove_temporaries(out);
+    if leftovers > 0 {
+        sink(Event::Warning(format!("removed {leftovers} temporary files left by an interrupted save in {}", out.display())));
+    }
+    let fresh_start = req.resume && !checkpoint::any_checkpoint(out);
+    if fresh_start {
+        // Killed before its first checkpoint: nothing to continue, so the run starts over with
+        // its stored config (a new `train` would refuse the folder).
+        sink(Event::Warning(format!("{} has no checkpoint yet: the run starts again from step 0", out.display())));
+        truncate_csv(&out.join("metrics.csv"), |_| false)?;
+        truncate_csv(&out.join("epochs.csv"), |_| false)?;
+    }
+    if req.resume && !fresh_start {
+        let latest = checkpoint::find_latest(out)?;
+        for reason in &latest.damaged {
+            sink(Event::Warning(format!("passed over a damaged checkpoint: {reason}")));
+        }
+        let (dir, mut state) = (latest.dir, latest.state);
+        // A new batch size on resume: the epoch continues after the images already trained on.
+        let stored = Config::load(&out.join("config.toml")).ok();
+        if let Some(old) = stored.filter(|c| c.train.batch_size != config.train.batch_size) {
+            let images_done = state.batches_done_in_epoch * old.train.batch_size;
+            state.batches_done_in_epoch = images_done / config.train.batch_size;
+        }
+        let dropped = truncate_csv(&out.join("metrics.csv"), |step| step <= state.global_step)?
+            + truncate_csv(&out.join("epochs.csv"), |epoch| epoch < state.epoch)?;
+        if dropped > 0 {
+            sink(Event::Info(format!(
+                "dropped {dropped} metrics rows written after step {} (the checkpoint resumed from)",
+                state.global_step
+            )));
+        }
         if state.class_names != classes {
             return Err(Error::Dataset {
                 path: out.clone(),
@@ -511,9 +568,9 @@ pub fn train(
             });
         }
         trainer.restore(&dir, state)?;
-    } else {
-        crate::checkpoint::write_atomic(&out.join("config.toml"), config.to_toml().as_bytes())?;
     }
+    // On resume this records the overrides that were applied (epochs, batch size, budget, ...).
+    crate::checkpoint::write_atomic(&out.join("config.toml"), config.to_toml().as_bytes())?;
     sink(Event::Started {
         device: device.name.clone(),
         out_dir: out.clone(),

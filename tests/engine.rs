@@ -971,3 +971,159 @@ fn memory_predictions_hold_within_25_percent_on_the_adapter() {
     // f16 keeps at most 0.6x the activations of f32 on the same configuration.
     assert!(activations(2) <= 0.6 * activations(0), "f16 {} vs f32 {} bytes", activations(2), activations(0));
 }
+
+// ---------------------------------------------------------------- run folders, checkpoints, resume (C18-C20)
+
+/// Runs the vramfit binary; returns (success, stdout + stderr).
+fn vramfit_cli(args: &[&std::ffi::OsStr]) -> (bool, String) {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_vramfit")).args(args).output().unwrap();
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    (out.status.success(), text)
+}
+
+/// `vramfit train --device cpu --data DATA --out RUN` plus `extra`.
+fn cli_train(data: &Path, run: &Path, extra: &[&str]) -> (bool, String) {
+    let mut args: Vec<&std::ffi::OsStr> = ["train", "--device", "cpu", "--data"].iter().map(|s| s.as_ref()).collect();
+    args.extend([data.as_os_str(), "--out".as_ref(), run.as_os_str()]);
+    args.extend(extra.iter().map(|s| std::ffi::OsStr::new(*s)));
+    vramfit_cli(&args)
+}
+
+/// The step column of a run's metrics.csv.
+fn metric_steps(run: &Path) -> Vec<usize> {
+    let text = std::fs::read_to_string(run.join("metrics.csv")).unwrap();
+    text.lines().skip(1).map(|l| l.split(',').next().unwrap().parse().unwrap()).collect()
+}
+
+/// Every file under `dir` with its bytes (for byte-identity checks).
+fn snapshot_files(dir: &Path) -> std::collections::BTreeMap<PathBuf, Vec<u8>> {
+    let mut files = std::collections::BTreeMap::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap().flatten() {
+            if e.path().is_dir() {
+                stack.push(e.path());
+            } else {
+                files.insert(e.path(), std::fs::read(e.path()).unwrap());
+            }
+        }
+    }
+    files
+}
+
+fn copy_tree(from: &Path, to: &Path) {
+    for (path, bytes) in snapshot_files(from) {
+        let dest = to.join(path.strip_prefix(from).unwrap());
+        std::fs::create_dir_all(dest.parent().unwrap()).unwrap();
+        std::fs::write(dest, bytes).unwrap();
+    }
+}
+
+#[test]
+fn c18_a_damaged_newest_checkpoint_falls_back_to_the_previous_one() {
+    let data = cases().join("C18/dataset");
+    let dir = tempfile::tempdir().unwrap();
+    let run = dir.path().join("run");
+    // 10 training images at batch 2: 5 steps an epoch, a checkpoint after each epoch.
+    let (ok, log) = cli_train(&data, &run, &["--epochs", "3", "--batch-size", "2"]);
+    assert!(ok, "{log}");
+    let mut kept: Vec<String> = std::fs::read_dir(run.join("checkpoints"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().to_string())
+        .filter(|n| n.starts_with("step-"))
+        .collect();
+    kept.sort();
+    assert_eq!(kept, ["step-00000010", "step-00000015"], "the two newest are kept");
+    assert!(vramfit::checkpoint::verify(&run.join("checkpoints/step-00000015"), false).is_ok());
+
+    // The weights of the newest emptied (a full disk): resume names the file and uses step 10.
+    let emptied = dir.path().join("emptied");
+    copy_tree(&run, &emptied);
+    std::fs::write(emptied.join("checkpoints/step-00000015/model.bpk"), b"").unwrap();
+    let (ok, log) = vramfit_cli(&["export".as_ref(), "--run".as_ref(), emptied.as_os_str()]);
+    assert!(ok, "{log}");
+    let meta: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(emptied.join("export/model.json")).unwrap()).unwrap();
+    assert_eq!(meta["training"]["steps"], 10, "export falls back to the intact checkpoint");
+    assert!(log.contains("step-00000015/model.bpk is damaged (0 bytes"), "{log}");
+    let (ok, log) = cli_train(&data, &emptied, &["--resume", "--epochs", "4"]);
+    assert!(ok, "{log}");
+    assert!(log.contains("step-00000015/model.bpk is damaged (0 bytes"), "{log}");
+    assert_eq!(metric_steps(&emptied), (1..=20).collect::<Vec<_>>(), "each step exactly once");
+
+    // The pointer emptied: every checkpoint is intact, so resume continues from the newest.
+    let pointer = dir.path().join("pointer");
+    copy_tree(&run, &pointer);
+    std::fs::write(pointer.join("checkpoints/latest.json"), b"").unwrap();
+    std::fs::write(pointer.join("checkpoints/step-00000015/.model.bpk.tmp"), b"half a save").unwrap();
+    let (ok, log) = cli_train(&data, &pointer, &["--resume", "--epochs", "4"]);
+    assert!(ok, "{log}");
+    assert!(log.contains("latest.json is damaged"), "{log}");
+    assert!(log.contains("removed 1 temporary files"), "{log}");
+    assert!(!pointer.join("checkpoints/step-00000015/.model.bpk.tmp").exists());
+    assert_eq!(metric_steps(&pointer), (1..=20).collect::<Vec<_>>());
+
+    // Every checkpoint damaged: a clear error naming each file, nothing trained.
+    std::fs::write(pointer.join("checkpoints/step-00000020/state.json"), b"{").unwrap();
+    std::fs::write(pointer.join("checkpoints/step-00000015/optimizer.bpk"), b"").unwrap();
+    let (ok, log) = cli_train(&data, &pointer, &["--resume", "--epochs", "5"]);
+    assert!(!ok);
+    assert!(log.contains("no intact checkpoint") && log.contains("step-00000020/state.json is damaged"), "{log}");
+}
+
+#[test]
+fn c19_epochs_on_resume_extend_the_run_and_other_overrides_are_announced_or_refused() {
+    let data = cases().join("C19/dataset");
+    let dir = tempfile::tempdir().unwrap();
+    let run = dir.path().join("run");
+    let (ok, log) = cli_train(&data, &run, &["--epochs", "1"]);
+    assert!(ok, "{log}");
+    assert_eq!(metric_steps(&run), [1], "10 images at batch 64: one step an epoch");
+    let (ok, log) = cli_train(&data, &run, &["--resume", "--epochs", "3"]);
+    assert!(ok, "{log}");
+    assert!(log.contains("resume: train.epochs: 1 -> 3 (applied)"), "{log}");
+    assert_eq!(metric_steps(&run), [1, 2, 3]);
+    let epochs = std::fs::read_to_string(run.join("epochs.csv")).unwrap();
+    assert_eq!(epochs.lines().count(), 1 + 3, "{epochs}");
+    // Batch size and learning rate apply from the next step, announced.
+    let (ok, log) = cli_train(&data, &run, &["--resume", "--batch-size", "2", "--lr", "0.5", "--epochs", "4"]);
+    assert!(ok, "{log}");
+    assert!(log.contains("resume: train.batch_size: 64 -> 2 (applied)"), "{log}");
+    assert!(log.contains("resume: optimizer.lr: 0.003 -> 0.5 (applied)"), "{log}");
+    assert_eq!(metric_steps(&run), (1..=8).collect::<Vec<_>>(), "epoch 4 at batch 2 is 5 steps");
+    let stored = vramfit::config::Config::load(&run.join("config.toml")).unwrap();
+    assert_eq!((stored.train.batch_size, stored.train.epochs, stored.optimizer.lr), (2, 4, 0.5));
+    // What would change the network or its inputs is refused, naming the key; nothing is written.
+    let before = snapshot_files(&run);
+    let (ok, log) = cli_train(&data, &run, &["--resume", "--crop-size", "32"]);
+    assert!(!ok);
+    assert!(log.contains("data.preprocess.crop_size cannot change on resume"), "{log}");
+    assert!(snapshot_files(&run) == before, "a refused resume changes no file");
+}
+
+#[test]
+fn c20_training_into_a_folder_that_holds_a_run_is_refused_and_changes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = dir.path().join("exp1");
+    let (ok, log) = cli_train(&cases().join("C20/dataset_ab"), &run, &["--epochs", "1"]);
+    assert!(ok, "{log}");
+    let before = snapshot_files(&run);
+    assert!(before.keys().any(|p| p.ends_with("export/model.onnx")));
+    let (ok, log) = cli_train(&cases().join("C20/dataset_xyz"), &run, &["--epochs", "1"]);
+    assert!(!ok, "{log}");
+    assert!(log.contains("already holds a run") && log.contains(r#"classes ["a", "b"], 1 steps"#), "{log}");
+    assert!(log.contains("--resume"), "{log}");
+    assert!(snapshot_files(&run) == before, "the first run's files are byte-identical");
+    // The engine refuses too, so the app (which calls it directly) gets the same answer.
+    let splits = dataset::open(
+        &cases().join("C20/dataset_xyz"),
+        &ScanOptions { val_fraction: 0.1, seed: 1, allow_empty_classes: false },
+    )
+    .unwrap();
+    let cpu = device::select(DeviceChoice::Cpu(CpuBackend::Flex)).unwrap();
+    let err = train::train(&TrainRequest::new(quickstart(), &run), &cpu, &splits, &mut |_| {}, &StopSignal::new())
+        .unwrap_err();
+    assert!(err.to_string().contains("already holds a run"), "{err}");
+    assert!(snapshot_files(&run) == before);
+}

@@ -117,9 +117,14 @@ pub fn train(args: TrainArgs) -> anyhow::Result<ExitCode> {
     let out = args.out.clone().unwrap_or_else(super::default_run_dir);
     let config = if args.resume {
         let path = out.join("config.toml");
-        Config::load(&path)
-            .with_context(|| format!("--resume needs the run folder given with --out ({})", out.display()))?
+        let mut config = Config::load(&path)
+            .with_context(|| format!("--resume needs the run folder given with --out ({})", out.display()))?;
+        for change in config.apply_on_resume(&args.config.overrides()?)? {
+            eprintln!("resume: {change} (applied)");
+        }
+        config
     } else {
+        crate::checkpoint::refuse_existing_run(&out)?;
         args.config.load()?
     };
     let device = select_device(&args.device)?;
@@ -426,6 +431,11 @@ pub fn export(args: ExportArgs) -> anyhow::Result<ExitCode> {
             crate::onnx::OnnxInput::F32Nchw
         },
     };
+    if let Ok(latest) = crate::checkpoint::find_latest(&args.run) {
+        for reason in &latest.damaged {
+            eprintln!("warning: passed over a damaged checkpoint: {reason}");
+        }
+    }
     for f in crate::export::export_run_with(&args.run, &out, &options)? {
         println!("wrote {}", f.display());
     }

@@ -104,6 +104,17 @@ impl ConfigArgs {
     /// [`crate::Error::Config`] naming the file or key.
     pub fn load(&self) -> crate::Result<Config> {
         let mut config = load_config(&self.config)?;
+        for s in self.overrides()? {
+            config.set(&s)?;
+        }
+        Ok(config)
+    }
+
+    /// Every override given, flags first then `--set`, as `KEY=VALUE` for [`Config::set`].
+    ///
+    /// # Errors
+    /// [`crate::Error::Config`] for a `--budget` that is not a size.
+    pub fn overrides(&self) -> crate::Result<Vec<String>> {
         let mut sets: Vec<String> = Vec::new();
         let mut push = |k: &str, v: Option<String>| {
             if let Some(v) = v {
@@ -126,10 +137,8 @@ impl ConfigArgs {
             })?;
             sets.push(format!("memory.memory_budget_bytes={bytes}"));
         }
-        for s in sets.iter().chain(&self.set) {
-            config.set(s)?;
-        }
-        Ok(config)
+        sets.extend(self.set.iter().cloned());
+        Ok(sets)
     }
 }
 
