@@ -224,8 +224,8 @@ pub fn verify(dir: &Path, legacy_ok: bool) -> std::result::Result<TrainState, St
     let sums_path = dir.join("checksums.json");
     match std::fs::read(&sums_path) {
         Ok(text) => {
-            let sums: std::collections::BTreeMap<String, FileChecksum> = serde_json::from_slice(&text)
-                .map_err(|e| format!("{} is damaged ({e})", sums_path.display()))?;
+            let sums: std::collections::BTreeMap<String, FileChecksum> =
+                serde_json::from_slice(&text).map_err(|e| format!("{} is damaged ({e})", sums_path.display()))?;
             for file in CHECKPOINT_FILES {
                 let path = dir.join(file);
                 let want = sums.get(file).ok_or_else(|| format!("{} does not list {file}", sums_path.display()))?;
@@ -275,7 +275,11 @@ pub fn find_latest(run_dir: &Path) -> Result<LatestCheckpoint> {
         Ok(text) => match serde_json::from_slice::<serde_json::Value>(&text) {
             Ok(v) if v["checkpoint"].is_string() => v["checkpoint"].as_str().map(String::from),
             _ => {
-                damaged.push(format!("{} is damaged ({} bytes, no checkpoint name)", pointer_path.display(), text.len()));
+                damaged.push(format!(
+                    "{} is damaged ({} bytes, no checkpoint name)",
+                    pointer_path.display(),
+                    text.len()
+                ));
                 None
             }
         },
@@ -354,11 +358,7 @@ pub fn refuse_existing_run(run_dir: &Path) -> Result<()> {
 }
 
 fn short_names(names: &[String]) -> String {
-    if names.len() <= 6 {
-        format!("{names:?}")
-    } else {
-        format!("{} ({:?}, ...)", names.len(), &names[..3])
-    }
+    if names.len() <= 6 { format!("{names:?}") } else { format!("{} ({:?}, ...)", names.len(), &names[..3]) }
 }
 
 /// The network of a run's newest checkpoint on `device`, with the run's configuration (its

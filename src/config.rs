@@ -199,6 +199,9 @@ pub struct TrainConfig {
     /// Newest checkpoints kept in the run folder (at least 1); resume falls back to an older one
     /// when the newest is damaged.
     pub keep_checkpoints: usize,
+    /// Also write a checkpoint every this many optimizer steps within an epoch (0: only at the
+    /// end of each epoch and on Stop), bounding the work a crash or kill can cost.
+    pub checkpoint_every_steps: usize,
 }
 
 impl Default for TrainConfig {
@@ -214,6 +217,7 @@ impl Default for TrainConfig {
             memory_sample_every: 10,
             max_skipped_steps: 20,
             keep_checkpoints: 2,
+            checkpoint_every_steps: 500,
         }
     }
 }

@@ -527,7 +527,10 @@ pub fn train(
     }
     let leftovers = checkpoint::remove_temporaries(out);
     if leftovers > 0 {
-        sink(Event::Warning(format!("removed {leftovers} temporary files left by an interrupted save in {}", out.display())));
+        sink(Event::Warning(format!(
+            "removed {leftovers} temporary files left by an interrupted save in {}",
+            out.display()
+        )));
     }
     let fresh_start = req.resume && !checkpoint::any_checkpoint(out);
     if fresh_start {
@@ -716,6 +719,12 @@ pub fn train(
                         ),
                     });
                 }
+            }
+            let every = config.train.checkpoint_every_steps;
+            let last_of_epoch = batch_index >= n_batches; // the epoch-end checkpoint follows
+            if every > 0 && stats.applied && trainer.state.global_step % every == 0 && !last_of_epoch {
+                let dir = trainer.save(out)?;
+                sink(Event::Checkpoint { path: dir });
             }
             let capped = req.max_steps.is_some_and(|m| trainer.state.global_step >= m);
             if stop.is_set() || capped {

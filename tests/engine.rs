@@ -539,13 +539,14 @@ fn a_batch_of_only_undecodable_files_is_skipped_not_a_crash() {
     for (class, shade) in [("dark", 40u8), ("light", 220u8)] {
         std::fs::create_dir_all(data.join(class)).unwrap();
         for i in 0..4u8 {
-            image::GrayImage::from_pixel(28, 28, image::Luma([shade + i])).save(data.join(class).join(format!("{i}.png"))).unwrap();
+            image::GrayImage::from_pixel(28, 28, image::Luma([shade + i]))
+                .save(data.join(class).join(format!("{i}.png")))
+                .unwrap();
         }
     }
     std::fs::write(data.join("dark/empty.png"), b"").unwrap();
     std::fs::copy(cases().join("C08/heic_brand_named.jpg"), data.join("light/photo.jpg")).unwrap();
-    let splits =
-        dataset::open(&data, &ScanOptions { val_fraction: 0.0, seed: 1, allow_empty_classes: false }).unwrap();
+    let splits = dataset::open(&data, &ScanOptions { val_fraction: 0.0, seed: 1, allow_empty_classes: false }).unwrap();
     let mut config = quickstart();
     config.train.epochs = 1;
     config.train.batch_size = 1;
