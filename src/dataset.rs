@@ -126,6 +126,73 @@ pub struct Splits {
     pub description: String,
     /// Scan findings (folders only).
     pub report: ScanReport,
+    /// The dataset folder.
+    pub root: PathBuf,
+}
+
+impl Splits {
+    /// Checks that the data can train a classifier, before anything runs; returns warnings.
+    ///
+    /// Refused: fewer than 2 classes (a single class trains to a meaningless 100%), and any class
+    /// with no image that `decodes` accepts (every file empty, truncated or not an image: its
+    /// batches would all be skipped). `decodes` is tried in order, train then validation files,
+    /// and stops at a class's first success, so a healthy dataset costs one decode per class.
+    /// Warned: an empty validation split (no validation metrics: they show as n/a) and classes
+    /// with no validation image.
+    ///
+    /// # Errors
+    /// [`Error::Dataset`] naming the folder, the classes at fault and their counts.
+    pub fn check_trainable(&self, decodes: impl Fn(&SampleSource) -> bool) -> Result<Vec<String>> {
+        let names = &self.train.class_names;
+        if names.len() < 2 {
+            return Err(Error::Dataset {
+                path: self.root.clone(),
+                message: format!(
+                    "{} class ({names:?}): a classifier needs at least 2 class folders (root/<class>/*.jpg)",
+                    names.len()
+                ),
+            });
+        }
+        let mut bad = Vec::new();
+        for (label, name) in names.iter().enumerate() {
+            let mut tried = 0;
+            let mut of_class = self.train.samples.iter().chain(&self.val.samples).filter(|s| s.label == label);
+            // At most 10,000 failures are tried per class: a class that bad is refused anyway.
+            let found = of_class.by_ref().take(10_000).any(|s| {
+                tried += 1;
+                decodes(&s.source)
+            });
+            if !found {
+                bad.push(format!("{name:?}: 0 of {tried} files decode"));
+            }
+        }
+        if !bad.is_empty() {
+            return Err(Error::Dataset {
+                path: self.root.clone(),
+                message: format!(
+                    "classes with no decodable image: {}; `vramfit check-data` lists each file and why",
+                    bad.join(", ")
+                ),
+            });
+        }
+        let mut warnings = Vec::new();
+        let val_counts = self.val.class_counts();
+        if self.val.samples.is_empty() {
+            warnings.push(format!(
+                "the validation split of {} is empty: validation metrics will show as n/a (raise data.val_fraction or add a val/ folder)",
+                self.root.display()
+            ));
+        } else {
+            let missing: Vec<&String> =
+                names.iter().zip(&val_counts).filter(|(_, c)| **c == 0).map(|(n, _)| n).collect();
+            if !missing.is_empty() {
+                warnings.push(format!(
+                    "classes with no validation image: {missing:?}; their validation accuracy cannot be measured"
+                ));
+            }
+        }
+        Ok(warnings)
+    }
 }
 
 /// Scan options.
@@ -182,7 +249,7 @@ pub fn open(path: &Path, opts: &ScanOptions) -> Result<Splits> {
                 dir.display(),
                 val_dir.file_name().unwrap_or_default().to_string_lossy()
             );
-            return Ok(Splits { train, val, description, report });
+            return Ok(Splits { train, val, description, report, root: dir });
         }
         let (train, val) = split(train, opts);
         return Ok(Splits {
@@ -190,13 +257,14 @@ pub fn open(path: &Path, opts: &ScanOptions) -> Result<Splits> {
             val,
             description: format!("{} (train/, {:.0}% held out)", dir.display(), opts.val_fraction * 100.0),
             report,
+            root: dir,
         });
     }
     let (all, report) = scan_folder(&dir, opts)?;
     let (train, val) = split(all, opts);
     let description =
         format!("{} ({:.0}% held out for validation, seed {})", dir.display(), opts.val_fraction * 100.0, opts.seed);
-    Ok(Splits { train, val, description, report })
+    Ok(Splits { train, val, description, report, root: dir })
 }
 
 fn remap_labels(val: &mut Dataset, train_classes: &[String], val_dir: &Path) -> Result<()> {
@@ -264,6 +332,7 @@ fn open_idx(dir: &Path, imgs: &Path, labs: &Path, opts: &ScanOptions) -> Result<
             val,
             description: format!("{} (IDX, train + t10k)", dir.display()),
             report: ScanReport::default(),
+            root: dir.to_path_buf(),
         });
     }
     let (train, val) = split(train, opts);
@@ -272,6 +341,7 @@ fn open_idx(dir: &Path, imgs: &Path, labs: &Path, opts: &ScanOptions) -> Result<
         val,
         description: format!("{} (IDX, {:.0}% held out)", dir.display(), opts.val_fraction * 100.0),
         report: ScanReport::default(),
+        root: dir.to_path_buf(),
     })
 }
 

@@ -10,14 +10,15 @@ use crate::error::{Error, Result};
 use crate::loader::{self, Batch, SamplePipeline};
 use crate::model::Classifier;
 
-/// Results over a dataset.
+/// Results over a dataset. With no image evaluated (`samples == 0`) the loss and accuracies are
+/// NaN, which every output shows as "n/a" ([`percent_or_na`]) and CSV files as an empty cell.
 #[derive(Clone, Debug, Default, PartialEq, serde::Serialize)]
 pub struct EvalResult {
-    /// Mean cross-entropy (no smoothing).
+    /// Mean cross-entropy (no smoothing); NaN without images.
     pub loss: f32,
-    /// Top-1 accuracy, 0..1.
+    /// Top-1 accuracy, 0..1; NaN without images.
     pub top1: f32,
-    /// Top-5 accuracy, 0..1 (top-k with k = classes when fewer than 5).
+    /// Top-5 accuracy, 0..1 (top-k with k = classes when fewer than 5); NaN without images.
     pub top5: f32,
     /// Class names, label order.
     pub class_names: Vec<String>,
@@ -113,12 +114,27 @@ pub fn evaluate(
         }
         result.samples += n;
     }
-    let n = result.samples.max(1) as f64;
+    let n = if result.samples == 0 { f64::NAN } else { result.samples as f64 };
     let correct: u64 = (0..classes).map(|i| result.confusion[i][i]).sum();
     result.loss = (loss_sum / n) as f32;
     result.top1 = (correct as f64 / n) as f32;
     result.top5 = (top5_hits as f64 / n) as f32;
     Ok(result)
+}
+
+/// An accuracy (0..1) as a percentage with two decimals, or "n/a" when it was not measured (NaN).
+pub fn percent_or_na(value: f32) -> String {
+    if value.is_finite() { format!("{:.2}%", value * 100.0) } else { "n/a".to_string() }
+}
+
+/// A loss with four decimals, or "n/a" when it was not measured (NaN).
+pub fn loss_or_na(value: f32) -> String {
+    if value.is_finite() { format!("{value:.4}") } else { "n/a".to_string() }
+}
+
+/// A metric for a CSV cell: the number, or an empty cell when it was not measured (NaN).
+pub fn csv_cell(value: f32) -> String {
+    if value.is_finite() { value.to_string() } else { String::new() }
 }
 
 /// Indices and values of the `k` largest entries, largest first (ties: lower index first).

@@ -210,7 +210,13 @@ pub fn export_run_with(run: &Path, out: &Path, options: &ExportOptions) -> Resul
         epochs: state.epoch,
         steps: state.global_step,
         val_accuracy: Some(state.best_val_accuracy),
-        device: String::new(),
+        // The checkpoint does not record the device; the run's own export (written at the end of
+        // training) does.
+        device: std::fs::read(run.join("export/model.json"))
+            .ok()
+            .and_then(|b| serde_json::from_slice::<ModelMetadata>(&b).ok())
+            .map(|m| m.training.device)
+            .unwrap_or_default(),
     };
     export_with(&model, &config, &state.class_names, &info, out, options)
 }

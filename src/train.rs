@@ -473,6 +473,10 @@ pub fn train(
     if splits.train.samples.is_empty() {
         return Err(Error::Dataset { path: out.clone(), message: "no training samples".into() });
     }
+    let probe = SamplePipeline::from_config(&config, false);
+    for warning in splits.check_trainable(|source| probe.decode(source).is_ok())? {
+        sink(Event::Warning(warning));
+    }
     let mut precision = config.train.precision;
     if precision == Precision::F16 && !device.supports_f16() {
         sink(Event::Warning(format!("{} has no shader f16: training in f32", device.name)));
@@ -564,7 +568,7 @@ pub fn train(
             return Err(Error::Dataset {
                 path: out.clone(),
                 message: format!(
-                    "this run's checkpoint has the classes {} but the data given has {}; resume with the data the run was trained on (its data.txt names it)",
+                    "this run was trained on {} but the data given has {}; resume with the data the run was trained on (its data.txt names it)",
                     short_list(&state.class_names),
                     short_list(&classes)
                 ),
@@ -607,6 +611,18 @@ pub fn train(
     let mut images_trained = 0usize;
     let mut train_secs = 0f64;
     let workers = config.data.workers;
+    let already_done = trainer.state.epoch >= config.train.epochs
+        || req.max_steps.is_some_and(|m| trainer.state.global_step >= m);
+    if req.resume && already_done {
+        // Nothing to train: leave the run's export as it is.
+        sink(Event::Warning(format!(
+            "nothing to train: the run has done {} of {} epochs ({} steps); pass --epochs N (N > {}) to extend it",
+            trainer.state.epoch, config.train.epochs, trainer.state.global_step, trainer.state.epoch
+        )));
+        summary.stopped = trainer.state.epoch < config.train.epochs;
+        summary.wall_secs = started.elapsed().as_secs_f64();
+        return Ok(summary);
+    }
     while trainer.state.epoch < config.train.epochs {
         let epoch = trainer.state.epoch;
         let epoch_start = Instant::now();
@@ -769,7 +785,9 @@ pub fn train(
             EPOCHS_HEADER,
             &format!(
                 "{epoch},{train_loss},{train_acc},{},{},{},{secs:.1},{epoch_skipped}",
-                val.loss, val.top1, val.top5
+                eval::csv_cell(val.loss),
+                eval::csv_cell(val.top1),
+                eval::csv_cell(val.top5)
             ),
         )?;
         if epoch == 0 && trainer.tracker.peak_bytes_reserved > 0 {

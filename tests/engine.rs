@@ -1128,3 +1128,61 @@ fn c20_training_into_a_folder_that_holds_a_run_is_refused_and_changes_nothing() 
     assert!(err.to_string().contains("already holds a run"), "{err}");
     assert!(snapshot_files(&run) == before);
 }
+
+// ---------------------------------------------------------------- whole-dataset faults (C21, C31)
+
+#[test]
+fn c21_empty_validation_is_warned_shown_as_na_and_fewer_than_two_classes_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    // a: 1 image, b: 1 image: both train; the validation split is empty.
+    let run = dir.path().join("one");
+    let (ok, log) = cli_train(&cases().join("C21/one_per_class"), &run, &["--epochs", "1"]);
+    assert!(ok, "{log}");
+    assert!(log.contains("validation split") && log.contains("is empty"), "{log}");
+    assert!(log.contains("val loss n/a acc n/a"), "{log}");
+    assert!(log.contains("validation accuracy n/a (top-5 n/a) on 0 images"), "{log}");
+    assert!(!log.contains("NaN") && !log.contains(" 0.00%"), "{log}");
+    let epochs = std::fs::read_to_string(run.join("epochs.csv")).unwrap();
+    let row: Vec<&str> = epochs.lines().nth(1).unwrap().split(',').collect();
+    assert_eq!(&row[3..6], ["", "", ""], "no validation metrics: empty cells, not zeros ({epochs})");
+    // `eval` on zero images is an error.
+    let (ok, log) = vramfit_cli(&[
+        "eval".as_ref(),
+        "--device".as_ref(),
+        "cpu".as_ref(),
+        "--model".as_ref(),
+        run.as_os_str(),
+        "--data".as_ref(),
+        cases().join("C21/one_per_class").as_os_str(),
+    ]);
+    assert!(!ok && log.contains("nothing to measure"), "{log}");
+    // a: 6, b: 6, c: 1: c has no validation image, named before training.
+    let (ok, log) = cli_train(&cases().join("C21/singleton_class"), &dir.path().join("single"), &["--epochs", "1"]);
+    assert!(ok, "{log}");
+    assert!(log.contains(r#"classes with no validation image: ["c"]"#), "{log}");
+    // One class: refused before training.
+    let one = dir.path().join("one_class");
+    copy_tree(&cases().join("C21/singleton_class/a"), &one.join("a"));
+    let (ok, log) = cli_train(&one, &dir.path().join("run1"), &["--epochs", "1"]);
+    assert!(!ok, "{log}");
+    assert!(log.contains("1 class") && log.contains("at least 2 class folders"), "{log}");
+}
+
+#[test]
+fn c31_undecodable_classes_are_refused_before_training_and_bad_files_are_skipped() {
+    let dir = tempfile::tempdir().unwrap();
+    // One zero-byte file at batch size 1: skipped and counted every epoch, training goes on.
+    let run = dir.path().join("one_bad");
+    let (ok, log) = cli_train(&cases().join("C31/one_bad_file"), &run, &["--epochs", "2", "--batch-size", "1"]);
+    assert!(ok, "{log}");
+    assert!(log.contains("img_99_zero_bytes.jpg"), "the skipped file is named: {log}");
+    let epochs = std::fs::read_to_string(run.join("epochs.csv")).unwrap();
+    let skipped: Vec<&str> = epochs.lines().skip(1).map(|l| l.rsplit(',').next().unwrap()).collect();
+    let trained_with_it = skipped.iter().filter(|s| **s == "1").count();
+    assert!(trained_with_it >= 1 && skipped.iter().all(|s| *s == "0" || *s == "1"), "{epochs}");
+    // Only undecodable files: refused before training with per-class counts.
+    let (ok, log) = cli_train(&cases().join("C31/all_bad"), &dir.path().join("all_bad"), &["--epochs", "1"]);
+    assert!(!ok, "{log}");
+    assert!(log.contains("classes with no decodable image") && log.contains("0 of"), "{log}");
+    assert!(!dir.path().join("all_bad/checkpoints").exists());
+}

@@ -119,6 +119,13 @@ pub fn train(args: TrainArgs) -> anyhow::Result<ExitCode> {
         let path = out.join("config.toml");
         let mut config = Config::load(&path)
             .with_context(|| format!("--resume needs the run folder given with --out ({})", out.display()))?;
+        if args.config.config != "quickstart" {
+            eprintln!(
+                "warning: --config {} is not used on resume: the run continues with its own config.toml \
+                 (overrides such as --epochs apply)",
+                args.config.config
+            );
+        }
         for change in config.apply_on_resume(&args.config.overrides()?)? {
             eprintln!("resume: {change} (applied)");
         }
@@ -163,9 +170,9 @@ pub fn train(args: TrainArgs) -> anyhow::Result<ExitCode> {
     let summary = run_engine(move |sink, stop| train::train(&req, &d, &splits, sink, stop))?;
     if let Some(val) = &summary.val {
         println!(
-            "validation accuracy {:.2}% (top-5 {:.2}%) on {} images after {} epochs, {} steps, {:.0} s on {}",
-            val.top1 * 100.0,
-            val.top5 * 100.0,
+            "validation accuracy {} (top-5 {}) on {} images after {} epochs, {} steps, {:.0} s on {}",
+            crate::eval::percent_or_na(val.top1),
+            crate::eval::percent_or_na(val.top5),
             val.samples,
             summary.epochs_completed,
             summary.global_step,
@@ -189,7 +196,8 @@ pub fn train(args: TrainArgs) -> anyhow::Result<ExitCode> {
         );
     }
     if summary.stopped {
-        println!("stopped; continue with: vramfit train --resume --out {}", out.display());
+        let device_flag = if device.is_gpu() { String::new() } else { " --device cpu".to_string() };
+        println!("stopped; continue with: vramfit train --resume --out {}{device_flag}", out.display());
     } else if let Some(dir) = &summary.export_dir {
         println!("run folder {}; exported weights in {}", out.display(), dir.display());
     }
@@ -237,6 +245,13 @@ pub fn eval(args: EvalArgs) -> anyhow::Result<ExitCode> {
         crate::config::Precision::F32,
         0,
     )?;
+    if r.samples == 0 {
+        bail!(
+            "no image of {} could be evaluated ({} files skipped as undecodable): there is nothing to measure",
+            args.data.as_ref().map_or_else(|| "the bundled data".to_string(), |d| d.display().to_string()),
+            r.skipped.len()
+        );
+    }
     println!(
         "{} images on {}: top-1 {:.2}%  top-5 {:.2}%  loss {:.4}",
         r.samples,

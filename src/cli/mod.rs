@@ -46,7 +46,7 @@ enum Command {
     Plan(commands::PlanArgs),
     /// List the GPU adapters wgpu sees and the one the default picks.
     Devices,
-    /// Export a run's latest checkpoint as .bpk + .safetensors + model.json.
+    /// Export a run's newest intact checkpoint as model.bpk, model.safetensors, model.onnx and model.json.
     Export(commands::ExportArgs),
     /// Measure throughput (`bench train`), memory predictions (`bench memory`) or the app's frame times (`bench ui`).
     Bench(commands::BenchArgs),

@@ -77,10 +77,11 @@ impl Renderer {
             Event::EpochEnd { epoch, train_loss, train_accuracy, val_loss, val_accuracy, secs, skipped } => {
                 let skipped = if *skipped > 0 { format!(", {skipped} files skipped") } else { String::new() };
                 self.println(format!(
-                    "epoch {}: train loss {train_loss:.4} acc {:.2}% | val loss {val_loss:.4} acc {:.2}% | {secs:.1} s{skipped}",
+                    "epoch {}: train loss {train_loss:.4} acc {:.2}% | val loss {} acc {} | {secs:.1} s{skipped}",
                     epoch + 1,
                     train_accuracy * 100.0,
-                    val_accuracy * 100.0
+                    crate::eval::loss_or_na(*val_loss),
+                    crate::eval::percent_or_na(*val_accuracy)
                 ));
                 if epoch + 1 < *epochs {
                     self.new_bar(epoch + 1, *epochs);

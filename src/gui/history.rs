@@ -62,13 +62,16 @@ impl RunHistory {
             }
             Event::EpochEnd { epoch, val_loss, val_accuracy, train_loss, train_accuracy, secs, .. } => {
                 let x = self.last_step as f64;
-                self.val_loss.push([x, *val_loss as f64]);
-                self.val_accuracy.push([x, *val_accuracy as f64]);
+                if val_loss.is_finite() && val_accuracy.is_finite() {
+                    self.val_loss.push([x, *val_loss as f64]);
+                    self.val_accuracy.push([x, *val_accuracy as f64]);
+                }
                 self.log.push(format!(
-                    "epoch {}: train loss {train_loss:.3} acc {:.1}%, val loss {val_loss:.3} acc {:.1}% ({secs:.0} s)",
+                    "epoch {}: train loss {train_loss:.3} acc {:.1}%, val loss {} acc {} ({secs:.0} s)",
                     epoch + 1,
                     train_accuracy * 100.0,
-                    val_accuracy * 100.0
+                    crate::eval::loss_or_na(*val_loss),
+                    crate::eval::percent_or_na(*val_accuracy)
                 ));
             }
             Event::Checkpoint { path } => self.log.push(format!("checkpoint {}", path.display())),
