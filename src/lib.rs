@@ -30,5 +30,6 @@ pub mod precision;
 pub mod preprocess;
 pub mod schedule;
 pub mod train;
+pub mod user_path;
 
 pub use error::{Error, Result};

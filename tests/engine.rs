@@ -1186,3 +1186,53 @@ fn c31_undecodable_classes_are_refused_before_training_and_bad_files_are_skipped
     assert!(log.contains("classes with no decodable image") && log.contains("0 of"), "{log}");
     assert!(!dir.path().join("all_bad/checkpoints").exists());
 }
+
+/// A `file://` URI for `path`, percent-encoded as file managers paste it.
+fn file_uri(path: &Path) -> String {
+    let mut uri = String::from("file://");
+    for b in path.to_str().unwrap().bytes() {
+        if b.is_ascii_alphanumeric() || b"/-_.".contains(&b) {
+            uri.push(b as char);
+        } else {
+            uri.push_str(&format!("%{b:02X}"));
+        }
+    }
+    uri
+}
+
+#[test]
+fn c32_paths_with_spaces_and_file_uris_work_everywhere() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = cases().join("C32/my data/train set");
+    let run = dir.path().join("runs with spaces/März run");
+    // Plain paths with spaces and non-ASCII.
+    let (ok, log) = cli_train(&data, &run, &["--epochs", "1"]);
+    assert!(ok, "{log}");
+    // The same as file:// URIs, for every path argument.
+    let uri_run = dir.path().join("uri run");
+    let (ok, log) = cli_train(Path::new(&file_uri(&data)), Path::new(&file_uri(&uri_run)), &["--epochs", "1"]);
+    assert!(ok, "{log}");
+    assert!(uri_run.join("export/model.onnx").is_file(), "the URI named the folder: {log}");
+    let dropped = cases().join("C32/dropped folder");
+    let (ok, log) = vramfit_cli(&[
+        "predict".as_ref(),
+        "--json".as_ref(),
+        "--device".as_ref(),
+        "cpu".as_ref(),
+        "--model".as_ref(),
+        file_uri(&run).as_ref(),
+        file_uri(&dropped).as_ref(),
+        file_uri(&dropped.join("Foto März 1.png")).as_ref(),
+    ]);
+    assert!(ok, "{log}");
+    let files: Vec<String> = log
+        .lines()
+        .filter(|l| l.starts_with('{'))
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["file"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(files.len(), 3, "the folder's two images (nested included) and the file: {log}");
+    assert!(files.iter().all(|f| !f.contains("file:") && !f.contains('%')), "{files:?}");
+    assert!(files.iter().filter(|f| f.ends_with("Foto März 1.png")).count() == 2, "{files:?}");
+    let (ok, log) = vramfit_cli(&["check-data".as_ref(), file_uri(&data).as_ref()]);
+    assert!(ok && log.contains("2 classes, 12 files") && log.contains("my data/train set (10%"), "{log}");
+}

@@ -26,10 +26,10 @@ pub struct TrainArgs {
     device: DeviceArgs,
     /// Dataset: ImageFolder (root/<class>/*.jpg, or root/train + root/val) or an IDX folder.
     /// Default: the bundled Fashion-MNIST subset.
-    #[arg(long)]
+    #[arg(value_parser = crate::user_path::UserPathParser, long)]
     data: Option<PathBuf>,
     /// Run folder (default runs/<date-time>).
-    #[arg(long)]
+    #[arg(value_parser = crate::user_path::UserPathParser, long)]
     out: Option<PathBuf>,
     /// Continue the run in --out from its latest checkpoint (its config.toml is used).
     #[arg(long)]
@@ -208,10 +208,10 @@ pub fn train(args: TrainArgs) -> anyhow::Result<ExitCode> {
 #[derive(Args, Debug)]
 pub struct EvalArgs {
     /// Exported model: run folder, export folder, or .bpk/.safetensors file.
-    #[arg(long)]
+    #[arg(value_parser = crate::user_path::UserPathParser, long)]
     model: PathBuf,
     /// Dataset (default: the bundled subset); its validation/test split is evaluated.
-    #[arg(long)]
+    #[arg(value_parser = crate::user_path::UserPathParser, long)]
     data: Option<PathBuf>,
     /// Evaluate the training split instead.
     #[arg(long)]
@@ -222,7 +222,7 @@ pub struct EvalArgs {
     #[arg(long, default_value_t = 64)]
     batch_size: usize,
     /// Where to write the confusion matrix CSV (default: confusion.csv beside the model).
-    #[arg(long)]
+    #[arg(value_parser = crate::user_path::UserPathParser, long)]
     csv: Option<PathBuf>,
 }
 
@@ -283,10 +283,10 @@ pub fn eval(args: EvalArgs) -> anyhow::Result<ExitCode> {
 #[derive(Args, Debug)]
 pub struct PredictArgs {
     /// Image files or folders.
-    #[arg(required = true)]
+    #[arg(value_parser = crate::user_path::UserPathParser, required = true)]
     inputs: Vec<PathBuf>,
     /// Exported model: run folder, export folder, or .bpk/.safetensors file.
-    #[arg(long)]
+    #[arg(value_parser = crate::user_path::UserPathParser, long)]
     model: PathBuf,
     #[command(flatten)]
     device: DeviceArgs,
@@ -421,10 +421,10 @@ pub fn devices() -> anyhow::Result<ExitCode> {
 #[derive(Args, Debug)]
 pub struct ExportArgs {
     /// Run folder whose latest checkpoint to export.
-    #[arg(long)]
+    #[arg(value_parser = crate::user_path::UserPathParser, long)]
     run: PathBuf,
     /// Output folder (default <run>/export).
-    #[arg(long)]
+    #[arg(value_parser = crate::user_path::UserPathParser, long)]
     out: Option<PathBuf>,
     /// Weight files to write: all (model.bpk, model.safetensors, model.onnx), bpk, safetensors
     /// or onnx; model.json is always written.
@@ -485,7 +485,7 @@ pub struct BenchArgs {
     #[arg(long, default_value_t = 60.0)]
     seconds: f64,
     /// Write results as JSON here too.
-    #[arg(long)]
+    #[arg(value_parser = crate::user_path::UserPathParser, long)]
     json: Option<PathBuf>,
 }
 
@@ -601,6 +601,7 @@ pub fn info(args: InfoArgs) -> anyhow::Result<ExitCode> {
 #[derive(Args, Debug)]
 pub struct CheckDataArgs {
     /// Dataset folder.
+    #[arg(value_parser = crate::user_path::UserPathParser)]
     path: PathBuf,
     #[command(flatten)]
     config: ConfigArgs,

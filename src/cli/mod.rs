@@ -150,7 +150,7 @@ pub fn load_config(name_or_path: &str) -> crate::Result<Config> {
     if let Some((name, text)) = PRESETS.iter().find(|(n, _)| *n == name_or_path) {
         return Config::from_toml(text, &format!("preset {name}"));
     }
-    let path = Path::new(name_or_path);
+    let path = &crate::user_path::normalize(Path::new(name_or_path));
     if !path.exists() {
         return Err(crate::Error::Config {
             source_name: name_or_path.into(),

@@ -420,7 +420,7 @@ impl VramfitApp {
     }
 
     fn handle_drop(&mut self, files: Vec<egui::DroppedFileHandle>) {
-        let paths: Vec<PathBuf> = files.iter().map(|f| f.path().to_path_buf()).collect();
+        let paths: Vec<PathBuf> = files.iter().map(|f| crate::user_path::normalize(f.path())).collect();
         let Some(first) = paths.first() else { return };
         let is_dataset = first.is_dir()
             || crate::idx::find_split(first.parent().unwrap_or(first), "train").is_some()
