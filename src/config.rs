@@ -413,19 +413,47 @@ impl Config {
         check(t.batch_size >= 1 && t.batch_size <= 4096, "train.batch_size must be 1..=4096")?;
         check(t.grad_accum_steps >= 1 && t.grad_accum_steps <= 1024, "train.grad_accum_steps must be 1..=1024")?;
         check(t.epochs >= 1 && t.epochs <= 10_000, "train.epochs must be 1..=10000")?;
-        check((0.0..=0.5).contains(&t.label_smoothing), "train.label_smoothing must be in 0..=0.5")?;
-        check(t.grad_clip_norm >= 0.0 && t.grad_clip_norm.is_finite(), "train.grad_clip_norm must be >= 0 (0 = off)")?;
         check(t.memory_sample_every >= 1, "train.memory_sample_every must be >= 1")?;
         check(t.max_skipped_steps >= 1, "train.max_skipped_steps must be >= 1")?;
         check(t.keep_checkpoints >= 1, "train.keep_checkpoints must be >= 1")?;
+        // Real-valued keys: finite, inside a documented range; the message names key, value, range.
+        let real = |key: &str, v: f64, ok: bool, range: &str| {
+            if v.is_finite() && ok { Ok(()) } else { Err(format!("{key} = {v} is outside its range {range}")) }
+        };
         let o = &self.optimizer;
-        check(o.lr > 0.0 && o.lr.is_finite(), "optimizer.lr must be > 0")?;
-        check(o.weight_decay >= 0.0, "optimizer.weight_decay must be >= 0")?;
-        check(o.warmup_epochs >= 0.0, "optimizer.warmup_epochs must be >= 0")?;
-        check((0.0..=1.0).contains(&o.min_lr_ratio), "optimizer.min_lr_ratio must be in 0..=1")?;
-        check((0.0..1.0).contains(&o.beta1) && (0.0..1.0).contains(&o.beta2), "optimizer.beta1/beta2 must be in 0..1")?;
+        real("optimizer.lr", o.lr, o.lr > 0.0 && o.lr <= 10.0, "(0, 10]")?;
+        real("optimizer.weight_decay", o.weight_decay, (0.0..=10.0).contains(&o.weight_decay), "[0, 10]")?;
+        let epochs = t.epochs as f64;
+        real(
+            "optimizer.warmup_epochs",
+            o.warmup_epochs,
+            o.warmup_epochs >= 0.0 && o.warmup_epochs < epochs,
+            &format!("[0, train.epochs = {epochs}) (warmup must end before the run does)"),
+        )?;
+        real("optimizer.min_lr_ratio", o.min_lr_ratio, (0.0..=1.0).contains(&o.min_lr_ratio), "[0, 1]")?;
+        real("optimizer.beta1", o.beta1.into(), (0.0..1.0).contains(&o.beta1), "[0, 1)")?;
+        real("optimizer.beta2", o.beta2.into(), (0.0..1.0).contains(&o.beta2), "[0, 1)")?;
+        real("optimizer.epsilon", o.epsilon.into(), o.epsilon > 0.0 && o.epsilon <= 1.0, "(0, 1]")?;
+        real("train.label_smoothing", t.label_smoothing.into(), (0.0..=0.5).contains(&t.label_smoothing), "[0, 0.5]")?;
+        real("train.grad_clip_norm", t.grad_clip_norm.into(), t.grad_clip_norm >= 0.0, "[0, inf) (0 = off)")?;
+        let mi = &self.model;
+        real("model.head_init_std", mi.head_init_std, mi.head_init_std > 0.0 && mi.head_init_std <= 1.0, "(0, 1]")?;
+        real("model.width", mi.width, mi.width > 0.0 && mi.width <= 4.0, "(0, 4]")?;
+        for c in 0..3 {
+            let (mean, std) = (self.data.mean[c], self.data.std[c]);
+            real(&format!("data.mean[{c}]"), mean.into(), (-10.0..=10.0).contains(&mean), "[-10, 10] (pixels are 0..1)")?;
+            real(&format!("data.std[{c}]"), std.into(), std > 0.0 && std <= 10.0, "(0, 10]")?;
+        }
+        let crop = self.data.preprocess.crop_size as u64;
+        if self.data.max_image_pixels < crop * crop {
+            return Err(format!(
+                "data.max_image_pixels = {} is below one {crop}x{crop} crop ({} pixels); it must be at least that \
+                 (the default is 64000000)",
+                self.data.max_image_pixels,
+                crop * crop
+            ));
+        }
         let m = &self.model;
-        check(m.width > 0.0 && m.width <= 4.0, "model.width must be in (0, 4]")?;
         check(m.stem_channels >= 1, "model.stem_channels must be >= 1")?;
         check(!m.stages.is_empty(), "model.stages must list at least one stage")?;
         check(m.norm_groups >= 1, "model.norm_groups must be >= 1")?;
@@ -436,7 +464,6 @@ impl Config {
         }
         let d = &self.data;
         check((0.0..=0.5).contains(&d.val_fraction), "data.val_fraction must be in 0..=0.5")?;
-        check(d.std.iter().all(|s| *s > 0.0), "data.std values must be > 0")?;
         check(d.max_image_pixels >= 1, "data.max_image_pixels must be >= 1")?;
         check(d.prefetch_batches >= 1, "data.prefetch_batches must be >= 1")?;
         self.data.preprocess.validate()?;
