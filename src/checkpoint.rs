@@ -189,10 +189,15 @@ pub fn save(
     sync_dir(&root)?;
     let pointer = serde_json::json!({ "checkpoint": name });
     write_atomic(&root.join("latest.json"), pointer.to_string().as_bytes())?;
-    let mut steps = step_folders(&root);
-    steps.retain(|n| *n != name);
-    for old in steps.iter().skip(keep.max(1) - 1) {
-        let _ = std::fs::remove_dir_all(root.join(old));
+    // Keep the newest `keep` intact checkpoints (this one included); damaged or incomplete ones
+    // never count toward that, so a damaged newest one cannot push out the intact fallback.
+    let mut kept = 1;
+    for old in step_folders(&root).into_iter().filter(|n| *n != name) {
+        if kept < keep.max(1) && verify(&root.join(&old), true).is_ok() {
+            kept += 1;
+        } else {
+            let _ = std::fs::remove_dir_all(root.join(old));
+        }
     }
     Ok(dir)
 }
@@ -205,12 +210,18 @@ fn step_folders(root: &Path) -> Vec<String> {
                 .flatten()
                 .filter(|e| e.path().is_dir())
                 .filter_map(|e| e.file_name().to_str().map(String::from))
-                .filter(|n| n.starts_with("step-"))
+                .filter(|n| is_step_name(n))
                 .collect()
         })
         .unwrap_or_default();
     names.sort_unstable_by(|a, b| b.cmp(a)); // zero-padded step numbers: newest first
     names
+}
+
+/// Whether `name` is a checkpoint folder's name: `step-` and eight digits (other folders a user
+/// puts under `checkpoints/` are left alone).
+fn is_step_name(name: &str) -> bool {
+    name.strip_prefix("step-").is_some_and(|d| d.len() == 8 && d.bytes().all(|b| b.is_ascii_digit()))
 }
 
 /// Checks a checkpoint folder against its `checksums.json` and reads its state.
@@ -273,7 +284,7 @@ pub fn find_latest(run_dir: &Path) -> Result<LatestCheckpoint> {
     let mut damaged = Vec::new();
     let pointed = match std::fs::read(&pointer_path) {
         Ok(text) => match serde_json::from_slice::<serde_json::Value>(&text) {
-            Ok(v) if v["checkpoint"].is_string() => v["checkpoint"].as_str().map(String::from),
+            Ok(v) if v["checkpoint"].as_str().is_some_and(is_step_name) => v["checkpoint"].as_str().map(String::from),
             _ => {
                 damaged.push(format!(
                     "{} is damaged ({} bytes, no checkpoint name)",
@@ -285,7 +296,9 @@ pub fn find_latest(run_dir: &Path) -> Result<LatestCheckpoint> {
         },
         Err(_) => None,
     };
-    let mut candidates: Vec<(String, bool)> = pointed.iter().map(|n| (n.clone(), true)).collect();
+    // Checkpoints without checksums are accepted only from runs that predate checksums.
+    let legacy_run = !step_folders(&root).iter().any(|n| root.join(n).join("checksums.json").exists());
+    let mut candidates: Vec<(String, bool)> = pointed.iter().map(|n| (n.clone(), legacy_run)).collect();
     candidates.extend(step_folders(&root).into_iter().filter(|n| Some(n) != pointed.as_ref()).map(|n| (n, false)));
     for (name, legacy_ok) in candidates {
         let dir = root.join(&name);
@@ -322,7 +335,7 @@ pub fn latest(run_dir: &Path) -> Result<(PathBuf, TrainState)> {
 /// Training into a folder that holds a run without resuming would replace its checkpoints and
 /// export and mix both runs in its CSV files, so the engine refuses it ([`crate::train::train`]).
 pub fn describe_run(run_dir: &Path) -> Option<String> {
-    let markers = ["config.toml", "checkpoints", "metrics.csv", "export"];
+    let markers = ["config.toml", "checkpoints", "metrics.csv", "epochs.csv", "export"];
     if !markers.iter().any(|m| run_dir.join(m).exists()) {
         return None;
     }
@@ -336,6 +349,61 @@ pub fn describe_run(run_dir: &Path) -> Option<String> {
         ),
         Err(_) => "a run's files (config.toml, metrics or export) but no intact checkpoint".to_string(),
     })
+}
+
+/// An exclusive claim on a run folder while a process trains in it (`.vramfit.lock`, holding the
+/// process id). A second `train` or `--resume` of the same folder is refused while the holder
+/// lives; a lock left by a killed process (its pid no longer running) is taken over. Released on
+/// drop, panics included.
+#[derive(Debug)]
+pub struct RunLock {
+    path: PathBuf,
+}
+
+impl RunLock {
+    /// Claims `run_dir` (which must exist).
+    ///
+    /// # Errors
+    /// [`Error::Io`] naming the folder and the process that holds it, or the lock file's error.
+    pub fn acquire(run_dir: &Path) -> Result<RunLock> {
+        use std::io::Write;
+        let path = run_dir.join(".vramfit.lock");
+        for _ in 0..2 {
+            match std::fs::OpenOptions::new().write(true).create_new(true).open(&path) {
+                Ok(mut f) => {
+                    f.write_all(std::process::id().to_string().as_bytes()).map_err(|e| Error::io(&path, e))?;
+                    return Ok(RunLock { path });
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                    let holder = std::fs::read_to_string(&path).ok().and_then(|t| t.trim().parse::<u32>().ok());
+                    if let Some(pid) = holder.filter(|&pid| process_alive(pid)) {
+                        return Err(Error::io(
+                            run_dir,
+                            format!(
+                                "another vramfit (process {pid}) is training in this folder; wait for it, stop it, \
+                                 or train into another --out"
+                            ),
+                        ));
+                    }
+                    let _ = std::fs::remove_file(&path); // left by a process that died
+                }
+                Err(e) => return Err(Error::io(&path, e)),
+            }
+        }
+        Err(Error::io(&path, "could not claim the run folder; delete this lock file if no vramfit is running"))
+    }
+}
+
+impl Drop for RunLock {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+/// Whether a process with this id is running (Linux: `/proc/<pid>`; elsewhere a lock is assumed
+/// stale, so a crash never blocks a run folder).
+fn process_alive(pid: u32) -> bool {
+    cfg!(target_os = "linux") && Path::new(&format!("/proc/{pid}")).exists()
 }
 
 /// Refuses a folder that already holds a run ([`describe_run`]), for commands that would start a

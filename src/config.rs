@@ -318,7 +318,7 @@ impl Config {
     /// Keys a resumed run cannot change: they change the network, or what it sees, so its
     /// checkpoint no longer fits or its metrics stop being comparable.
     pub const FROZEN_ON_RESUME: [&'static str; 7] =
-        ["model.", "data.preprocess.", "data.mean", "data.std", "data.alpha", "data.val_fraction", "seed"];
+        ["model", "data.preprocess", "data.mean", "data.std", "data.alpha", "data.val_fraction", "seed"];
 
     /// Applies command-line overrides (`KEY=VALUE`, as [`Self::set`]) to a run's stored config
     /// when it resumes. Returns one line per key whose value changed, `key: old -> new`.
@@ -341,13 +341,14 @@ impl Config {
             if before == after {
                 continue;
             }
-            if Self::FROZEN_ON_RESUME.iter().any(|f| key.starts_with(f)) {
+            // Compared by value, so setting a whole table (`--set data={...}`) is caught too.
+            if let Some(frozen) = Self::FROZEN_ON_RESUME.iter().find(|f| self.value_at(f) != next.value_at(f)) {
                 return Err(Error::Config {
                     source_name: format!("--resume with {assignment}"),
                     message: format!(
-                        "{key} cannot change on resume (the run was trained with {}): it changes the network or what \
-                         it sees; start a new run with another --out",
-                        before.unwrap_or_default()
+                        "{frozen} cannot change on resume (the run was trained with {}): it changes the network or \
+                         what it sees; start a new run with another --out",
+                        self.value_at(frozen).unwrap_or_default()
                     ),
                 });
             }
@@ -441,7 +442,12 @@ impl Config {
         real("model.width", mi.width, mi.width > 0.0 && mi.width <= 4.0, "(0, 4]")?;
         for c in 0..3 {
             let (mean, std) = (self.data.mean[c], self.data.std[c]);
-            real(&format!("data.mean[{c}]"), mean.into(), (-10.0..=10.0).contains(&mean), "[-10, 10] (pixels are 0..1)")?;
+            real(
+                &format!("data.mean[{c}]"),
+                mean.into(),
+                (-10.0..=10.0).contains(&mean),
+                "[-10, 10] (pixels are 0..1)",
+            )?;
             real(&format!("data.std[{c}]"), std.into(), std > 0.0 && std <= 10.0, "(0, 10]")?;
         }
         let crop = self.data.preprocess.crop_size as u64;

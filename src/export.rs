@@ -184,6 +184,12 @@ pub fn export_with(
         write_atomic(&onnx, &crate::onnx::to_onnx_bytes(model, &meta, options.onnx_input)?)?;
         written.push(onnx);
     }
+    // Weight files of an earlier export into this folder would disagree with the new model.json.
+    for stale in ["model.bpk", "model.safetensors", "model.onnx"].map(|f| dir.join(f)) {
+        if !written.contains(&stale) && stale.exists() {
+            std::fs::remove_file(&stale).map_err(|e| Error::io(&stale, e))?;
+        }
+    }
     let json = dir.join("model.json");
     write_atomic(&json, &serde_json::to_vec_pretty(&meta).map_err(|e| Error::io(&json, e))?)?;
     written.push(json);
@@ -209,7 +215,7 @@ pub fn export_run_with(run: &Path, out: &Path, options: &ExportOptions) -> Resul
     let info = TrainingInfo {
         epochs: state.epoch,
         steps: state.global_step,
-        val_accuracy: Some(state.best_val_accuracy),
+        val_accuracy: (state.epoch > 0).then_some(state.best_val_accuracy), // no epoch: never validated
         // The checkpoint does not record the device; the run's own export (written at the end of
         // training) does.
         device: std::fs::read(run.join("export/model.json"))

@@ -325,7 +325,9 @@ impl Classifier {
         let head = LinearConfig::new(last.in_channels, num_classes)
             .with_initializer(Initializer::Normal { mean: 0.0, std: cfg.head_init_std })
             .init(device);
-        let head = Linear { bias: head.bias.map(|b| b.map(|t| t.zeros_like())), ..head };
+        // A zero bias that trains: `Param::map` would keep the value's (unset) gradient flag.
+        let bias = burn::module::Param::from_tensor(Tensor::<1>::zeros([num_classes], device));
+        let head = Linear { bias: Some(bias), ..head };
         Self { stem, blocks, head }
     }
 
@@ -377,6 +379,21 @@ mod tests {
         let n = param_count(&plan);
         assert!((2_700_000..=3_300_000).contains(&n), "{n} parameters");
         assert_eq!(plan.last().unwrap().in_hw, (7, 7));
+    }
+
+    #[test]
+    fn every_parameter_gets_a_gradient_the_head_bias_included() {
+        let cfg = ModelConfig { width: 0.25, ..ModelConfig::default() };
+        let device = Device::flex().autodiff();
+        let model = Classifier::new(&cfg, 3, &device);
+        let loss = model.forward(Tensor::<4>::ones([2, 3, 32, 32], &device), Precision::F32).sum();
+        let grads = burn::optim::GradientsParams::from_grads(loss.backward(), &model);
+        let bias = model.head.bias.as_ref().unwrap();
+        assert!(grads.get::<1>(bias.id).is_some(), "head.bias is trained");
+        assert!(grads.get::<2>(model.head.weight.id).is_some());
+        assert!(grads.get::<4>(model.stem.conv.weight.id).is_some());
+        // 3 tensors per conv layer (weight, gamma, beta) plus the head's weight and bias.
+        assert_eq!(grads.len(), 3 * (1 + 2 * model.blocks.len()) + 2);
     }
 
     #[test]

@@ -529,6 +529,7 @@ pub fn train(
     if !req.resume {
         checkpoint::refuse_existing_run(out)?;
     }
+    let _lock = checkpoint::RunLock::acquire(out)?;
     let leftovers = checkpoint::remove_temporaries(out);
     if leftovers > 0 {
         sink(Event::Warning(format!(
@@ -575,6 +576,17 @@ pub fn train(
             });
         }
         trainer.restore(&dir, state)?;
+        // The schedule covers the steps still to come at the current batch size (an unchanged
+        // batch size gives exactly the original schedule), and the loss scaler follows the
+        // precision the run continues in.
+        let s = &trainer.state;
+        let batches_left = n_batches.saturating_sub(s.batches_done_in_epoch);
+        let epochs_after = config.train.epochs.saturating_sub(s.epoch + 1);
+        trainer.schedule.total_steps = s.global_step + batches_left.div_ceil(accum) + epochs_after * steps_per_epoch;
+        let scaling = trainer.state.scaler.growth_interval != usize::MAX;
+        if (precision == Precision::F16) != scaling {
+            trainer.state.scaler = if precision == Precision::F16 { LossScaler::new() } else { LossScaler::disabled() };
+        }
     }
     // On resume this records the overrides that were applied (epochs, batch size, budget, ...).
     crate::checkpoint::write_atomic(&out.join("config.toml"), config.to_toml().as_bytes())?;
@@ -611,8 +623,8 @@ pub fn train(
     let mut images_trained = 0usize;
     let mut train_secs = 0f64;
     let workers = config.data.workers;
-    let already_done = trainer.state.epoch >= config.train.epochs
-        || req.max_steps.is_some_and(|m| trainer.state.global_step >= m);
+    let already_done =
+        trainer.state.epoch >= config.train.epochs || req.max_steps.is_some_and(|m| trainer.state.global_step >= m);
     if req.resume && already_done {
         // Nothing to train: leave the run's export as it is.
         sink(Event::Warning(format!(
@@ -708,14 +720,17 @@ pub fn train(
             } else {
                 (String::new(), String::new())
             };
-            csv_append(
-                &metrics_path,
-                METRICS_HEADER,
-                &format!(
-                    "{},{epoch},{},{},{lr:e},{ips:.1},{in_use},{reserved}",
-                    trainer.state.global_step, stats.loss, stats.accuracy
-                ),
-            )?;
+            // A step skipped by the f16 loss scaler has no step number of its own: no CSV row.
+            if stats.applied {
+                csv_append(
+                    &metrics_path,
+                    METRICS_HEADER,
+                    &format!(
+                        "{},{epoch},{},{},{lr:e},{ips:.1},{in_use},{reserved}",
+                        trainer.state.global_step, stats.loss, stats.accuracy
+                    ),
+                )?;
+            }
             // Budget: when a measured peak crosses it, halve the micro-batch from the next step.
             if sample_now && device.is_gpu() {
                 let budget = req.live_budget.as_ref().map_or(config.memory.memory_budget_bytes, LiveBudget::get);

@@ -1048,9 +1048,19 @@ fn c18_a_damaged_newest_checkpoint_falls_back_to_the_previous_one() {
         serde_json::from_slice(&std::fs::read(emptied.join("export/model.json")).unwrap()).unwrap();
     assert_eq!(meta["training"]["steps"], 10, "export falls back to the intact checkpoint");
     assert!(log.contains("step-00000015/model.bpk is damaged (0 bytes"), "{log}");
-    let (ok, log) = cli_train(&data, &emptied, &["--resume", "--epochs", "4"]);
+    let (ok, log) = cli_train(&data, &emptied, &["--resume", "--epochs", "4", "--max-steps", "12"]);
     assert!(ok, "{log}");
     assert!(log.contains("step-00000015/model.bpk is damaged (0 bytes"), "{log}");
+    let mut kept: Vec<String> = std::fs::read_dir(emptied.join("checkpoints"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().to_string())
+        .filter(|n| n.starts_with("step-"))
+        .collect();
+    kept.sort();
+    assert_eq!(kept, ["step-00000010", "step-00000012"], "the damaged one goes, the intact fallback stays");
+    let (ok, log) = cli_train(&data, &emptied, &["--resume", "--epochs", "4"]);
+    assert!(ok, "{log}");
     assert_eq!(metric_steps(&emptied), (1..=20).collect::<Vec<_>>(), "each step exactly once");
 
     // The pointer emptied: every checkpoint is intact, so resume continues from the newest.
@@ -1093,14 +1103,28 @@ fn c19_epochs_on_resume_extend_the_run_and_other_overrides_are_announced_or_refu
     assert!(log.contains("resume: train.batch_size: 64 -> 2 (applied)"), "{log}");
     assert!(log.contains("resume: optimizer.lr: 0.003 -> 0.5 (applied)"), "{log}");
     assert_eq!(metric_steps(&run), (1..=8).collect::<Vec<_>>(), "epoch 4 at batch 2 is 5 steps");
+    // The schedule spans the 5 new steps: the lr decays from near the new peak, not from the floor.
+    let metrics = std::fs::read_to_string(run.join("metrics.csv")).unwrap();
+    let lrs: Vec<f64> = metrics.lines().skip(4).map(|l| l.split(',').nth(4).unwrap().parse().unwrap()).collect();
+    assert!(lrs[0] > 0.4 && lrs.windows(2).all(|w| w[1] < w[0]), "lr after the resume: {lrs:?}");
     let stored = vramfit::config::Config::load(&run.join("config.toml")).unwrap();
     assert_eq!((stored.train.batch_size, stored.train.epochs, stored.optimizer.lr), (2, 4, 0.5));
     // What would change the network or its inputs is refused, naming the key; nothing is written.
     let before = snapshot_files(&run);
     let (ok, log) = cli_train(&data, &run, &["--resume", "--crop-size", "32"]);
     assert!(!ok);
-    assert!(log.contains("data.preprocess.crop_size cannot change on resume"), "{log}");
+    assert!(log.contains("data.preprocess cannot change on resume"), "{log}");
+    let whole_table = r#"data.preprocess={mode="resize_and_crop",load_size=32,crop_size=28}"#;
+    let (ok, log) = cli_train(&data, &run, &["--resume", "--set", whole_table]);
+    assert!(!ok && log.contains("data.preprocess cannot change on resume"), "{log}");
+    let (ok, log) = cli_train(&data, &run, &["--resume", "--set", "data={mean=[0.1,0.2,0.3]}"]);
+    assert!(!ok && log.contains("cannot change on resume"), "{log}");
     assert!(snapshot_files(&run) == before, "a refused resume changes no file");
+    // One process at a time in a run folder.
+    let lock = vramfit::checkpoint::RunLock::acquire(&run).unwrap();
+    let (ok, log) = cli_train(&data, &run, &["--resume", "--epochs", "5"]);
+    assert!(!ok && log.contains("is training in this folder"), "{log}");
+    drop(lock);
 }
 
 #[test]
