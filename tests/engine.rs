@@ -1260,3 +1260,40 @@ fn c32_paths_with_spaces_and_file_uris_work_everywhere() {
     let (ok, log) = vramfit_cli(&["check-data".as_ref(), file_uri(&data).as_ref()]);
     assert!(ok && log.contains("2 classes, 12 files") && log.contains("my data/train set (10%"), "{log}");
 }
+
+#[test]
+fn c26_out_of_range_config_values_are_refused_at_load_time_naming_key_value_and_range() {
+    let configs = cases().join("C26/configs");
+    for (file, key, value) in [
+        ("warmup_inf.toml", "optimizer.warmup_epochs", "inf"),
+        ("epsilon_zero.toml", "optimizer.epsilon", "0"),
+        ("max_pixels_tiny.toml", "data.max_image_pixels", "100"),
+    ] {
+        let err = vramfit::config::Config::load(&configs.join(file)).unwrap_err().to_string();
+        assert!(err.contains(file) && err.contains(&format!("{key} = {value}")), "{err}");
+        assert!(err.contains("range") || err.contains("at least"), "the message gives the valid range: {err}");
+    }
+    // The same through overrides, for every kind of bad number.
+    for bad in [
+        "optimizer.lr=nan",
+        "optimizer.lr=-1",
+        "optimizer.epsilon=-1e-8",
+        "model.head_init_std=-0.01",
+        "data.mean=[nan, 0.5, 0.5]",
+        "data.std=[0.3, 0.0, 0.3]",
+        "optimizer.warmup_epochs=5",
+        "train.label_smoothing=inf",
+    ] {
+        let mut config = quickstart();
+        let err = config.set(bad).unwrap_err().to_string();
+        let key = bad.split('=').next().unwrap();
+        assert!(err.contains(key), "{bad}: {err}");
+    }
+    // A config that loads trains: the dataset with the fixed values runs 2 steps to finite losses.
+    let (ok, log) = cli_train(
+        &cases().join("C26/dataset"),
+        &tempfile::tempdir().unwrap().path().join("r"),
+        &["--epochs", "1", "--batch-size", "2", "--max-steps", "2"],
+    );
+    assert!(ok && !log.contains("NaN"), "{log}");
+}
