@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 /// One progress report from training or evaluation.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub enum Event {
     /// Training began (or resumed).
     Started {
@@ -62,8 +62,10 @@ pub enum Event {
         /// Training accuracy, 0..1.
         train_accuracy: f32,
         /// Validation loss.
+        #[serde(deserialize_with = "f32_or_nan")]
         val_loss: f32,
         /// Validation top-1 accuracy, 0..1.
+        #[serde(deserialize_with = "f32_or_nan")]
         val_accuracy: f32,
         /// Wall time of the epoch in seconds.
         secs: f64,
@@ -149,4 +151,12 @@ pub fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
         .cloned()
         .or_else(|| payload.downcast_ref::<&str>().map(|s| s.to_string()))
         .unwrap_or_else(|| "unknown panic".into())
+}
+
+/// Reads an `f32` that JSON may carry as `null` (serde_json writes NaN, "not measured", so).
+///
+/// # Errors
+/// The deserializer's error for anything but a number or null.
+pub fn f32_or_nan<'de, D: serde::Deserializer<'de>>(d: D) -> Result<f32, D::Error> {
+    Ok(<Option<f32> as serde::Deserialize>::deserialize(d)?.unwrap_or(f32::NAN))
 }

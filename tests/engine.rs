@@ -1297,3 +1297,36 @@ fn c26_out_of_range_config_values_are_refused_at_load_time_naming_key_value_and_
     );
     assert!(ok && !log.contains("NaN"), "{log}");
 }
+
+#[test]
+fn the_cli_survives_a_crashed_training_process_and_the_run_resumes() {
+    // `vramfit train` trains in a child process; VRAMFIT_FAULT makes that child die at step 7.
+    let data = cases().join("C18/dataset");
+    for (fault, cause, resume_hint) in [
+        ("abort@7", "(SIGABRT", "--resume --out"),
+        ("kill@7", "(SIGKILL", "--device cpu --batch-size 1"),
+        ("panic@7", "(a panic (exit status 101)", "--resume --out"),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let run = dir.path().join("run");
+        let mut args: Vec<&std::ffi::OsStr> =
+            ["train", "--device", "cpu", "--data"].iter().map(|s| s.as_ref()).collect();
+        args.extend([data.as_os_str(), "--out".as_ref(), run.as_os_str()]);
+        for a in ["--epochs", "3", "--batch-size", "2", "--set", "train.checkpoint_every_steps=2"] {
+            args.push(a.as_ref());
+        }
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_vramfit"))
+            .args(&args)
+            .env("VRAMFIT_FAULT", fault)
+            .output()
+            .unwrap();
+        let log = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        assert_eq!(out.status.code(), Some(1), "the parent exits normally with status 1: {log}");
+        assert!(log.contains(&format!("the training process died {cause}")), "{fault}: {log}");
+        assert!(log.contains("newest checkpoint") && log.contains(resume_hint), "{fault}: {log}");
+        assert!(vramfit::checkpoint::find_latest(&run).unwrap().damaged.is_empty());
+        let (ok, log) = cli_train(&data, &run, &["--resume"]);
+        assert!(ok, "{fault}: {log}");
+        assert_eq!(metric_steps(&run), (1..=15).collect::<Vec<_>>(), "{fault}: every step once");
+    }
+}

@@ -46,6 +46,9 @@ pub struct TrainArgs {
     /// Skip class folders without images (with a warning) instead of failing.
     #[arg(long)]
     allow_empty_classes: bool,
+    /// Internal: this process is the training worker of a parent `vramfit train` ([`super::worker`]).
+    #[arg(long, hide = true)]
+    worker: bool,
 }
 
 /// Opens `--data` (or the bundled subset) with the config's split settings.
@@ -76,6 +79,7 @@ fn select_device(args: &DeviceArgs) -> anyhow::Result<SelectedDevice> {
 
 /// Runs `work` on a named engine thread, rendering its events here; Ctrl-C stops it cleanly.
 fn run_engine<T: Send + 'static>(
+    worker: bool,
     work: impl FnOnce(&mut dyn FnMut(Event), &StopSignal) -> crate::Result<T> + Send + 'static,
 ) -> anyhow::Result<T> {
     let stop = StopSignal::new();
@@ -98,7 +102,12 @@ fn run_engine<T: Send + 'static>(
     let mut renderer = Renderer::default();
     let mut epochs = 0;
     for event in rx {
-        renderer.handle(&event, &mut epochs);
+        if worker {
+            super::worker::inject_fault(&event);
+            super::worker::emit(&event);
+        } else {
+            renderer.handle(&event, &mut epochs);
+        }
     }
     renderer.finish();
     match handle.join() {
@@ -115,6 +124,11 @@ const DATA_NOTE: &str = "data.txt";
 
 pub fn train(args: TrainArgs) -> anyhow::Result<ExitCode> {
     let out = args.out.clone().unwrap_or_else(super::default_run_dir);
+    if !args.worker {
+        // The engine trains in a child process, so a driver crash cannot take this one down.
+        let gpu = args.device.device != super::DeviceFlag::Cpu;
+        return super::worker::train_in_child(&out, args.out.is_some(), gpu);
+    }
     let config = if args.resume {
         let path = out.join("config.toml");
         let mut config = Config::load(&path)
@@ -152,7 +166,7 @@ pub fn train(args: TrainArgs) -> anyhow::Result<ExitCode> {
     if args.overfit_check {
         let d = device.clone();
         let train_ds = splits.train.clone();
-        let result = run_engine(move |sink, _| train::overfit_check(&config, &d, &train_ds, 200, sink))?;
+        let result = run_engine(args.worker, move |sink, _| train::overfit_check(&config, &d, &train_ds, 200, sink))?;
         println!(
             "overfit check on {}: {} after {} steps, accuracy on the 64 images {:.1}% (needs 98%)",
             device.name,
@@ -167,7 +181,7 @@ pub fn train(args: TrainArgs) -> anyhow::Result<ExitCode> {
     req.auto_fit = args.auto_fit;
     req.max_steps = args.max_steps;
     let d = device.clone();
-    let summary = run_engine(move |sink, stop| train::train(&req, &d, &splits, sink, stop))?;
+    let summary = run_engine(args.worker, move |sink, stop| train::train(&req, &d, &splits, sink, stop))?;
     if let Some(val) = &summary.val {
         println!(
             "validation accuracy {} (top-5 {}) on {} images after {} epochs, {} steps, {:.0} s on {}",

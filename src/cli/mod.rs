@@ -3,6 +3,7 @@
 
 mod commands;
 mod render;
+mod worker;
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
