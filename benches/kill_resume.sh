@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Kills a training run with SIGKILL at 20 random moments (2-6 s apart: mid-step and mid-save) and
-# resumes it after each, then checks that metrics.csv lists every step exactly once.
+# Kills the training worker (the child process `vramfit train` starts) with SIGKILL at 20 random
+# moments (2-6 s apart: mid-step and mid-save), resumes the run after each, then checks that
+# metrics.csv lists every step exactly once.
 #
 #   cargo build --release && bash benches/kill_resume.sh [RUN_DIR]
 #
@@ -14,7 +15,8 @@ ARGS=(--device cpu --epochs 4 --batch-size 64 --set train.checkpoint_every_steps
 pid=$!
 for i in $(seq 1 20); do
   sleep $((RANDOM % 4 + 2)).$((RANDOM % 10))
-  if kill -0 $pid 2>/dev/null; then kill -9 $pid; wait $pid 2>/dev/null; state=killed; else state="had ended"; fi
+  worker=$(pgrep -P $pid 2>/dev/null | head -1)
+  if [ -n "$worker" ]; then kill -9 "$worker"; wait $pid 2>/dev/null; state="worker killed"; else wait $pid 2>/dev/null; state="had ended"; fi
   last=$(tail -n 1 "$R/metrics.csv" 2>/dev/null | cut -d, -f1)
   ck=$(sed -E 's/.*"(step-[0-9]+)".*/\1/' "$R/checkpoints/latest.json" 2>/dev/null || echo none)
   echo "kill $i ($state): last metrics step ${last:-none}, latest.json -> $ck, temporary files $(find "$R" -name '.*.tmp' | wc -l)"

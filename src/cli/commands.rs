@@ -91,6 +91,9 @@ fn run_engine<T: Send + 'static>(
         eprintln!("\nstopping after this step (a checkpoint will be saved); Ctrl-C again to quit now");
         handler_stop.stop();
     });
+    if worker {
+        super::worker::stop_on_parent_request(stop.clone());
+    }
     let (tx, rx) = std::sync::mpsc::sync_channel::<Event>(1024);
     let engine_stop = stop.clone();
     let handle = std::thread::Builder::new().name("vramfit-engine".into()).spawn(move || {

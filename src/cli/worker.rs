@@ -11,7 +11,8 @@
 //!   panic's 101) is a crash that the parent reports.
 //!
 //! Ctrl-C reaches both processes; the child stops after its step with a checkpoint and the parent
-//! waits for it. Fault injection for tests: `VRAMFIT_FAULT=abort@N|kill@N|exit@N|panic@N` makes
+//! waits for it. Parent to child: the child's stdin; a `stop` line, or its end (the parent died),
+//! stops the run the same way. Fault injection for tests: `VRAMFIT_FAULT=abort@N|kill@N|exit@N|panic@N` makes
 //! the child abort, SIGKILL itself, exit with status 3, or panic when step N is reported.
 
 use std::collections::VecDeque;
@@ -40,6 +41,22 @@ pub fn emit(event: &Event) {
     let mut out = std::io::stdout().lock();
     let _ = writeln!(out, "{EVENT_PREFIX}{line}");
     let _ = out.flush();
+}
+
+/// Child side: stops the run (after its step, with a checkpoint) when the parent writes `stop` on
+/// the child's stdin or when stdin closes, which is what happens when the parent dies: a worker
+/// never trains on alone.
+pub fn stop_on_parent_request(stop: crate::events::StopSignal) {
+    let _ = std::thread::Builder::new().name("vramfit-parent".into()).spawn(move || {
+        for line in std::io::stdin().lock().lines() {
+            match line {
+                Ok(l) if l.trim() == "stop" => break,
+                Ok(_) => {}
+                Err(_) => break,
+            }
+        }
+        stop.stop();
+    });
 }
 
 /// Child side: acts on `VRAMFIT_FAULT` when `event` is the step it names (tests only).
@@ -79,6 +96,7 @@ pub fn train_in_child(out: &Path, out_given: bool, gpu: bool) -> anyhow::Result<
     let _ = ctrlc::set_handler(|| {});
     let mut child = Command::new(exe)
         .args(&args)
+        .stdin(Stdio::piped()) // kept open while the parent lives: its end tells the child to stop
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
