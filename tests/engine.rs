@@ -1330,3 +1330,32 @@ fn the_cli_survives_a_crashed_training_process_and_the_run_resumes() {
         assert_eq!(metric_steps(&run), (1..=15).collect::<Vec<_>>(), "{fault}: every step once");
     }
 }
+
+#[test]
+fn eval_of_a_read_only_model_folder_succeeds_and_says_where_the_csv_went() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = dir.path().join("run");
+    let data = cases().join("C18/dataset");
+    let (ok, log) = cli_train(&data, &run, &["--epochs", "1", "--batch-size", "2"]);
+    assert!(ok, "{log}");
+    let export = run.join("export");
+    let mut perms = std::fs::metadata(&export).unwrap().permissions();
+    perms.set_readonly(true);
+    std::fs::set_permissions(&export, perms.clone()).unwrap();
+    let cwd = dir.path().join("cwd");
+    std::fs::create_dir_all(&cwd).unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_vramfit"))
+        .args(["eval", "--device", "cpu", "--model"])
+        .arg(&export)
+        .arg("--data")
+        .arg(&data)
+        .current_dir(&cwd)
+        .output()
+        .unwrap();
+    perms.set_readonly(false);
+    std::fs::set_permissions(&export, perms).unwrap();
+    let log = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "{log}");
+    assert!(log.contains("confusion matrix written to confusion.csv") && cwd.join("confusion.csv").is_file(), "{log}");
+    assert!(!export.join("confusion.csv").exists());
+}

@@ -238,7 +238,7 @@ pub struct EvalArgs {
     /// Images per batch.
     #[arg(long, default_value_t = 64)]
     batch_size: usize,
-    /// Where to write the confusion matrix CSV (default: confusion.csv beside the model).
+    /// Where to write the confusion matrix CSV (default: confusion.csv in the working directory).
     #[arg(value_parser = crate::user_path::UserPathParser, long)]
     csv: Option<PathBuf>,
 }
@@ -287,9 +287,13 @@ pub fn eval(args: EvalArgs) -> anyhow::Result<ExitCode> {
         let cells: Vec<String> = row.iter().map(|v| format!("{v:5}")).collect();
         println!("{name:width$} {}", cells.join(""));
     }
-    let csv = args.csv.unwrap_or_else(|| loaded.weights_path.with_file_name("confusion.csv"));
-    crate::checkpoint::write_atomic(&csv, r.confusion_csv().as_bytes())?;
-    println!("\nconfusion matrix written to {}", csv.display());
+    // The CSV goes to --csv or the working directory, never beside the model (which may be
+    // read-only); the evaluation succeeded either way, so failing to write it is a warning.
+    let csv = args.csv.unwrap_or_else(|| PathBuf::from("confusion.csv"));
+    match crate::checkpoint::write_atomic(&csv, r.confusion_csv().as_bytes()) {
+        Ok(()) => println!("\nconfusion matrix written to {}", csv.display()),
+        Err(e) => eprintln!("warning: the confusion matrix was not saved ({e}); choose a writable file with --csv"),
+    }
     if !r.skipped.is_empty() {
         println!("{} files skipped (undecodable)", r.skipped.len());
     }
