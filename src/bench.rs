@@ -418,6 +418,9 @@ pub fn check_data(path: &std::path::Path, config: &Config, allow_empty: bool) ->
             s.push_str(&format!("  {}: {why}\n", file.display()));
         }
     }
+    for warning in splits.report.warnings() {
+        s.push_str(&format!("warning: {warning}\n"));
+    }
     if let Err(e) = crate::loader::check_sizes_agree(&all, &config.data.preprocess) {
         s.push_str(&format!("training would stop: {e}\n"));
     }

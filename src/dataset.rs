@@ -106,12 +106,37 @@ pub struct ScanReport {
     pub ignored: Vec<(PathBuf, &'static str)>,
     /// Class folders without images that were skipped (only with `allow_empty_classes`).
     pub empty_classes: Vec<String>,
-    /// Symlinked folders skipped because they lead back into the walk.
+    /// Symlinked folders not followed: they lead back into the walk, to an ancestor of the
+    /// dataset, or into another class (whose images would be counted under this one).
     pub symlink_loops: Vec<PathBuf>,
+    /// Images directly in the dataset root next to class folders: in no class, so not used.
+    pub stray_root_images: Vec<PathBuf>,
+}
+
+impl ScanReport {
+    /// One warning line per finding that changes what trains: stray root images and symlinks
+    /// not followed (hidden files and other extensions are only counted).
+    pub fn warnings(&self) -> Vec<String> {
+        let stray = self.stray_root_images.iter().map(|p| {
+            format!(
+                "{} is directly in the dataset root, in no class folder: not used (move it into a class)",
+                p.display()
+            )
+        });
+        let loops = self.symlink_loops.iter().map(|p| {
+            format!(
+                "{} is a symbolic link back into the dataset (an ancestor or another class): not followed",
+                p.display()
+            )
+        });
+        stray.chain(loops).collect()
+    }
 }
 
 /// Why a scan ignored a hidden or OS-junk entry.
 pub const IGNORED_JUNK: &str = "hidden file or OS junk (.DS_Store, Thumbs.db, desktop.ini, __MACOSX, ._*)";
+/// Why a scan ignored a symbolic link whose target does not exist.
+pub const IGNORED_DANGLING: &str = "dangling symbolic link (its target does not exist)";
 /// Why a scan ignored a file with another extension.
 pub const IGNORED_EXTENSION: &str = "not an image extension (jpg, jpeg, png, bmp, gif, webp, tif, tiff)";
 
@@ -380,6 +405,9 @@ pub fn scan_folder(root: &Path, opts: &ScanOptions) -> Result<(Dataset, ScanRepo
             class_dirs.push((name, path));
         } else if has_image_extension(&path) {
             root_images += 1;
+            report.stray_root_images.push(path);
+        } else if is_dangling(&entry) {
+            report.ignored.push((path, IGNORED_DANGLING));
         } else {
             report.ignored.push((path, IGNORED_EXTENSION));
         }
@@ -395,13 +423,17 @@ pub fn scan_folder(root: &Path, opts: &ScanOptions) -> Result<(Dataset, ScanRepo
             root.display()
         )));
     }
+    report.stray_root_images.sort();
+    let root_canonical = root.canonicalize().unwrap_or_else(|_| root.to_path_buf());
     class_dirs.sort_by(|a, b| a.0.cmp(&b.0));
     let mut dataset = Dataset::default();
     let mut empty = Vec::new();
     for (name, path) in class_dirs {
         let mut files = Vec::new();
         let mut visited = HashSet::new();
-        walk_class(&path, &mut files, &mut visited, &mut report);
+        let class_canonical = path.canonicalize().unwrap_or_else(|_| path.clone());
+        let bounds = (root_canonical.as_path(), class_canonical.as_path());
+        walk_class(&path, bounds, &mut files, &mut visited, &mut report);
         files.sort();
         if files.is_empty() {
             empty.push(name);
@@ -426,18 +458,37 @@ pub fn scan_folder(root: &Path, opts: &ScanOptions) -> Result<(Dataset, ScanRepo
     Ok((dataset, report))
 }
 
-/// Image files under `dir` by the scan rules (junk ignored, extensions any case, symlink loops
-/// followed once), sorted.
+/// Image files under `dir` by the scan rules (junk ignored, extensions any case, links back into
+/// `dir` or its ancestors not followed), sorted.
 pub fn image_files(dir: &Path) -> Vec<PathBuf> {
     let mut files = Vec::new();
-    walk_class(dir, &mut files, &mut HashSet::new(), &mut ScanReport::default());
+    let canonical = dir.canonicalize().unwrap_or_else(|_| dir.to_path_buf());
+    walk_class(dir, (&canonical, &canonical), &mut files, &mut HashSet::new(), &mut ScanReport::default());
     files.sort();
     files
 }
 
-fn walk_class(dir: &Path, files: &mut Vec<PathBuf>, visited: &mut HashSet<PathBuf>, report: &mut ScanReport) {
+/// Whether a directory entry is a symbolic link whose target does not exist.
+fn is_dangling(entry: &std::fs::DirEntry) -> bool {
+    entry.file_type().is_ok_and(|t| t.is_symlink()) && std::fs::metadata(entry.path()).is_err()
+}
+
+/// Collects the image files of one class folder. `(root, class)` are the canonical dataset root
+/// and class folder: a folder reached through a link that resolves to the root, one of its
+/// ancestors, or a place in the dataset outside this class is not followed (reported in
+/// `symlink_loops`), so no image is ever counted under another class. Links out of the dataset
+/// (to a folder elsewhere) are followed.
+fn walk_class(
+    dir: &Path,
+    (root, class): (&Path, &Path),
+    files: &mut Vec<PathBuf>,
+    visited: &mut HashSet<PathBuf>,
+    report: &mut ScanReport,
+) {
     let Ok(canonical) = dir.canonicalize() else { return };
-    if !visited.insert(canonical) {
+    let into_dataset_elsewhere =
+        !canonical.starts_with(class) && (root.starts_with(&canonical) || canonical.starts_with(root));
+    if into_dataset_elsewhere || !visited.insert(canonical) {
         report.symlink_loops.push(dir.into());
         return;
     }
@@ -448,9 +499,11 @@ fn walk_class(dir: &Path, files: &mut Vec<PathBuf>, visited: &mut HashSet<PathBu
         if is_junk(&name) {
             report.ignored.push((path, IGNORED_JUNK));
         } else if path.is_dir() {
-            walk_class(&path, files, visited, report);
+            walk_class(&path, (root, class), files, visited, report);
         } else if path.is_file() && has_image_extension(&path) {
             files.push(path);
+        } else if is_dangling(&entry) {
+            report.ignored.push((path, IGNORED_DANGLING));
         } else {
             report.ignored.push((path, IGNORED_EXTENSION));
         }

@@ -474,7 +474,9 @@ pub fn train(
         return Err(Error::Dataset { path: out.clone(), message: "no training samples".into() });
     }
     let probe = SamplePipeline::from_config(&config, false);
-    for warning in splits.check_trainable(|source| probe.decode(source).is_ok())? {
+    for warning in
+        splits.report.warnings().into_iter().chain(splits.check_trainable(|source| probe.decode(source).is_ok())?)
+    {
         sink(Event::Warning(warning));
     }
     let mut precision = config.train.precision;

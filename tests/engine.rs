@@ -1359,3 +1359,29 @@ fn eval_of_a_read_only_model_folder_succeeds_and_says_where_the_csv_went() {
     assert!(log.contains("confusion matrix written to confusion.csv") && cwd.join("confusion.csv").is_file(), "{log}");
     assert!(!export.join("confusion.csv").exists());
 }
+
+#[cfg(unix)]
+#[test]
+fn layout_links_to_an_ancestor_dangling_links_and_stray_root_images_are_reported() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("data");
+    for class in ["cat", "dog"] {
+        copy_tree(&cases().join("C18/dataset/a"), &root.join(class));
+    }
+    std::os::unix::fs::symlink("..", root.join("dog/loop")).unwrap(); // dog/loop -> the root
+    std::os::unix::fs::symlink("../cat", root.join("dog/cats")).unwrap(); // into another class
+    std::os::unix::fs::symlink("missing.png", root.join("dog/x.jpg")).unwrap();
+    std::fs::copy(cases().join("C18/dataset/a/img_00.png"), root.join("stray.png")).unwrap();
+    let (ds, report) = scan(&root, false).unwrap();
+    assert_eq!(ds.class_counts(), [6, 6], "no image of another class is counted under dog");
+    assert_eq!(report.symlink_loops.len(), 2, "{:?}", report.symlink_loops);
+    let dangling: Vec<_> =
+        report.ignored.iter().filter(|(_, why)| *why == dataset::IGNORED_DANGLING).map(|(p, _)| p.clone()).collect();
+    assert_eq!(dangling, [root.join("dog/x.jpg")]);
+    assert_eq!(report.stray_root_images, [root.join("stray.png")]);
+    let (ok, log) = vramfit_cli(&["check-data".as_ref(), root.as_os_str()]);
+    assert!(ok, "{log}");
+    assert!(log.contains("stray.png is directly in the dataset root"), "{log}");
+    assert!(log.contains("x.jpg: dangling symbolic link"), "{log}");
+    assert!(log.contains("dog/loop is a symbolic link back into the dataset"), "{log}");
+}

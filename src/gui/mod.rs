@@ -761,9 +761,9 @@ fn dataset_report_ui(ui: &mut egui::Ui, report: &dataset::ScanReport, skipped: &
     section(ui, "ignored", format!("{} files ignored by the scan", ignored.len()), ignored);
     let mut other: Vec<String> =
         report.empty_classes.iter().map(|c| format!("class folder {c}: no images, skipped")).collect();
-    other.extend(
-        report.symlink_loops.iter().map(|p| format!("{}: symlink back into the dataset, followed once", p.display())),
-    );
+    other.extend(report.symlink_loops.iter().map(|p| {
+        format!("{}: symlink back into the dataset (an ancestor or another class), not followed", p.display())
+    }));
     section(ui, "folders", format!("{} folders skipped", other.len()), other);
     let skipped: Vec<String> = skipped.iter().map(|(f, why)| format!("{f}: {why}")).collect();
     section(ui, "skipped", format!("{} files skipped while training", skipped.len()), skipped);
