@@ -385,11 +385,15 @@ pub fn check_data(path: &std::path::Path, config: &Config, allow_empty: bool) ->
     s.push_str(&format!("class imbalance: largest/smallest = {:.1}\n", max as f64 / min.max(1) as f64));
     let mut reasons: BTreeMap<String, Vec<String>> = BTreeMap::new();
     let (mut smallest, mut largest): (Option<(u32, u32, String)>, Option<(u32, u32, String)>) = (None, None);
+    let mut flat = Vec::new();
     for sample in &all.samples {
         match pipe.decode(&sample.source) {
             Ok(img) => {
                 let (w, h) = img.dimensions();
                 let name = sample.source.describe();
+                if crate::image_io::is_flat(&img) {
+                    flat.push(name.clone());
+                }
                 if smallest.as_ref().is_none_or(|m| (w * h) < m.0 * m.1) {
                     smallest = Some((w, h, name.clone()));
                 }
@@ -417,6 +421,9 @@ pub fn check_data(path: &std::path::Path, config: &Config, allow_empty: bool) ->
         for (file, why) in &splits.report.ignored {
             s.push_str(&format!("  {}: {why}\n", file.display()));
         }
+    }
+    for f in &flat {
+        s.push_str(&format!("warning: {f} is one flat colour: a blank or wrongly decoded image?\n"));
     }
     for warning in splits.report.warnings() {
         s.push_str(&format!("warning: {warning}\n"));

@@ -172,11 +172,21 @@ fn check_jpeg_complete(bytes: &[u8]) -> std::result::Result<(), String> {
 }
 
 /// Converts any colour type to 8-bit RGB under `alpha`.
+///
+/// - An alpha channel that is 0 in every pixel is treated as unused (as browsers show such
+///   files, e.g. 32-bit BMPs that leave the alpha byte zero): the colours are kept.
+/// - Float images are scaled by their actual range: values within 0..1 as they are, anything
+///   wider (a float TIFF holding 0..255) mapped from `min(0, lo)..max(1, hi)` to 0..255, never
+///   clipped to white.
 pub fn to_rgb(img: DynamicImage, alpha: AlphaPolicy) -> RgbImage {
+    let img = rescale_float(img);
     if !img.color().has_alpha() || alpha == AlphaPolicy::Drop {
         return img.to_rgb8();
     }
     let rgba = img.to_rgba8();
+    if rgba.pixels().all(|p| p.0[3] == 0) {
+        return DynamicImage::ImageRgba8(rgba).to_rgb8();
+    }
     let bg: u32 = if alpha == AlphaPolicy::White { 255 } else { 0 };
     let (w, h) = rgba.dimensions();
     let mut out = RgbImage::new(w, h);
@@ -189,6 +199,39 @@ pub fn to_rgb(img: DynamicImage, alpha: AlphaPolicy) -> RgbImage {
     out
 }
 
+/// Float images with values outside 0..1 mapped into 0..1 by their range (see [`to_rgb`]).
+fn rescale_float(img: DynamicImage) -> DynamicImage {
+    let rescale = |values: &mut [f32]| {
+        let (lo, hi) = values.iter().filter(|v| v.is_finite()).fold((0f32, 1f32), |(l, h), &v| (l.min(v), h.max(v)));
+        if lo < 0.0 || hi > 1.0 {
+            values.iter_mut().for_each(|v| *v = if v.is_finite() { (*v - lo) / (hi - lo) } else { 0.0 });
+        }
+    };
+    match img {
+        DynamicImage::ImageRgb32F(mut f) => {
+            rescale(&mut f);
+            DynamicImage::ImageRgb32F(f)
+        }
+        DynamicImage::ImageRgba32F(mut f) => {
+            // Colour channels only; alpha keeps its meaning.
+            let mut colour: Vec<f32> = f.pixels().flat_map(|p| [p.0[0], p.0[1], p.0[2]]).collect();
+            rescale(&mut colour);
+            for (p, c) in f.pixels_mut().zip(colour.chunks(3)) {
+                p.0[..3].copy_from_slice(c);
+            }
+            DynamicImage::ImageRgba32F(f)
+        }
+        other => other,
+    }
+}
+
+/// Whether a decoded image is one flat colour (every pixel equal): a blank or wrongly decoded
+/// file, worth a warning naming it.
+pub fn is_flat(img: &RgbImage) -> bool {
+    let mut pixels = img.pixels();
+    pixels.next().is_some_and(|first| pixels.all(|p| p == first))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -197,6 +240,19 @@ mod tests {
         let mut buf = Vec::new();
         img.write_to(&mut Cursor::new(&mut buf), ImageFormat::Png).unwrap();
         buf
+    }
+
+    #[test]
+    fn an_all_zero_alpha_channel_is_unused_and_float_images_keep_their_range() {
+        let mut rgba = image::RgbaImage::from_pixel(4, 4, image::Rgba([200, 10, 10, 0]));
+        rgba.put_pixel(0, 3, image::Rgba([10, 10, 200, 0]));
+        let rgb = to_rgb(DynamicImage::ImageRgba8(rgba), AlphaPolicy::White);
+        assert_eq!((rgb.get_pixel(1, 1).0, rgb.get_pixel(0, 3).0), ([200, 10, 10], [10, 10, 200]));
+        let float = image::Rgb32FImage::from_fn(2, 1, |x, _| image::Rgb([x as f32 * 255.0, 127.5, 0.0]));
+        let rgb = to_rgb(DynamicImage::ImageRgb32F(float), AlphaPolicy::White);
+        assert_eq!((rgb.get_pixel(0, 0).0, rgb.get_pixel(1, 0).0), ([0, 128, 0], [255, 128, 0]));
+        assert!(is_flat(&RgbImage::from_pixel(3, 3, image::Rgb([255, 255, 255]))));
+        assert!(!is_flat(&rgb));
     }
 
     #[test]

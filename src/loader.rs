@@ -32,6 +32,8 @@ pub struct Batch {
     pub width: usize,
     /// Samples skipped while building this batch: (source, reason).
     pub skipped: Vec<(String, String)>,
+    /// Samples that decoded to one flat colour (trained on, but worth a warning): sources.
+    pub flat: Vec<String>,
 }
 
 impl Batch {
@@ -144,7 +146,15 @@ fn build_batch(
     for &i in &order[start..(start + batch_size).min(order.len())] {
         let sample = &dataset.samples[i];
         let mut rng = SmallRng::seed_from_u64(seed ^ (i as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15));
-        match pipeline.load(&sample.source, &mut rng) {
+        let decoded = pipeline.decode(&sample.source).and_then(|img| {
+            if crate::image_io::is_flat(&img) {
+                batch.flat.push(sample.source.describe());
+            }
+            pipeline
+                .tensor_from_image(&img, &mut rng)
+                .map_err(|e| format!("{}: {e} (data.preprocess)", sample.source.describe()))
+        });
+        match decoded {
             Ok((chw, h, w)) => {
                 if batch.labels.is_empty() {
                     (batch.height, batch.width) = (h, w);

@@ -368,7 +368,7 @@ fn split_batch(batch: &Batch, factor: usize) -> Vec<Batch> {
         return vec![];
     }
     if factor <= 1 || n <= 1 {
-        return vec![Batch { skipped: vec![], ..batch.clone() }];
+        return vec![Batch { skipped: vec![], flat: vec![], ..batch.clone() }];
     }
     let per = n.div_ceil(factor.min(n));
     let elems = 3 * batch.height * batch.width;
@@ -382,6 +382,7 @@ fn split_batch(batch: &Batch, factor: usize) -> Vec<Batch> {
                 height: batch.height,
                 width: batch.width,
                 skipped: vec![],
+                flat: vec![],
             }
         })
         .collect()
@@ -663,6 +664,11 @@ pub fn train(
                 sink(Event::SampleSkipped { source: source.to_string(), reason: reason.to_string() });
             }
             epoch_skipped += batch.skipped.len();
+            if epoch == 0 {
+                for source in &batch.flat {
+                    sink(Event::Warning(format!("{source} is one flat colour: a blank or wrongly decoded image?")));
+                }
+            }
             pending.push(batch);
             if pending.len() < accum && batch_index < n_batches {
                 continue;
@@ -986,5 +992,6 @@ pub fn synthetic_batch(config: &Config, num_classes: usize) -> Batch {
         height: px,
         width: px,
         skipped: vec![],
+        flat: vec![],
     }
 }

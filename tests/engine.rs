@@ -1385,3 +1385,20 @@ fn layout_links_to_an_ancestor_dangling_links_and_stray_root_images_are_reported
     assert!(log.contains("x.jpg: dangling symbolic link"), "{log}");
     assert!(log.contains("dog/loop is a symbolic link back into the dataset"), "{log}");
 }
+
+#[test]
+fn c29_a_bmp_with_an_all_zero_alpha_is_opaque_and_flat_images_are_named() {
+    let bmp32 = load("C29", "bmp32_v4_alpha_mask_all_zero.bmp").unwrap();
+    let bmp24 = load("C29", "bmp24_bottomup_control.bmp").unwrap();
+    assert_eq!(bmp32, bmp24, "the same picture as the 24-bit control");
+    assert_eq!((bmp32.get_pixel(14, 2).0, bmp32.get_pixel(14, 25).0), ([220, 30, 30], [30, 30, 220]), "red top, blue bottom");
+    // A flat image in a dataset: check-data names it, and training warns about it.
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    copy_tree(&cases().join("C18/dataset"), &data);
+    image::RgbImage::from_pixel(28, 28, image::Rgb([255, 255, 255])).save(data.join("a/blank.png")).unwrap();
+    let (ok, log) = vramfit_cli(&["check-data".as_ref(), data.as_os_str()]);
+    assert!(ok && log.contains("blank.png is one flat colour"), "{log}");
+    let (ok, log) = cli_train(&data, &dir.path().join("run"), &["--epochs", "1", "--set", "data.val_fraction=0.0"]);
+    assert!(ok && log.contains("blank.png is one flat colour"), "{log}");
+}
