@@ -396,11 +396,14 @@ pub fn scan_folder(root: &Path, opts: &ScanOptions) -> Result<(Dataset, ScanRepo
     let mut report = ScanReport::default();
     let mut class_dirs = Vec::new();
     let mut root_images = 0;
+    let mut not_utf8 = Vec::new();
     for entry in entries.flatten() {
         let name = entry.file_name().to_string_lossy().to_string();
         let path = entry.path();
         if is_junk(&name) {
             report.ignored.push((path, IGNORED_JUNK));
+        } else if path.is_dir() && entry.file_name().to_str().is_none() {
+            not_utf8.push(path);
         } else if path.is_dir() {
             class_dirs.push((name, path));
         } else if has_image_extension(&path) {
@@ -411,6 +414,19 @@ pub fn scan_folder(root: &Path, opts: &ScanOptions) -> Result<(Dataset, ScanRepo
         } else {
             report.ignored.push((path, IGNORED_EXTENSION));
         }
+    }
+    // Class names are the folder names, byte-exact, in the export and every output; names that
+    // are not UTF-8 (Latin-1 from an old archive) cannot be shown or stored faithfully, and two
+    // of them could display the same: refused, with the fix.
+    if !not_utf8.is_empty() {
+        not_utf8.sort();
+        let shown: Vec<String> = not_utf8.iter().map(|p| format!("{:?}", p.display().to_string())).collect();
+        return Err(err(format!(
+            "class folder names that are not valid UTF-8 (bad bytes shown as U+FFFD): {}; rename them \
+             to UTF-8, e.g. `convmv -f latin1 -t utf8 -r --notest {}`",
+            shown.join(", "),
+            root.display()
+        )));
     }
     if class_dirs.is_empty() {
         let found = if root_images > 0 {

@@ -1391,7 +1391,11 @@ fn c29_a_bmp_with_an_all_zero_alpha_is_opaque_and_flat_images_are_named() {
     let bmp32 = load("C29", "bmp32_v4_alpha_mask_all_zero.bmp").unwrap();
     let bmp24 = load("C29", "bmp24_bottomup_control.bmp").unwrap();
     assert_eq!(bmp32, bmp24, "the same picture as the 24-bit control");
-    assert_eq!((bmp32.get_pixel(14, 2).0, bmp32.get_pixel(14, 25).0), ([220, 30, 30], [30, 30, 220]), "red top, blue bottom");
+    assert_eq!(
+        (bmp32.get_pixel(14, 2).0, bmp32.get_pixel(14, 25).0),
+        ([220, 30, 30], [30, 30, 220]),
+        "red top, blue bottom"
+    );
     // A flat image in a dataset: check-data names it, and training warns about it.
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
@@ -1401,4 +1405,36 @@ fn c29_a_bmp_with_an_all_zero_alpha_is_opaque_and_flat_images_are_named() {
     assert!(ok && log.contains("blank.png is one flat colour"), "{log}");
     let (ok, log) = cli_train(&data, &dir.path().join("run"), &["--epochs", "1", "--set", "data.val_fraction=0.0"]);
     assert!(ok && log.contains("blank.png is one flat colour"), "{log}");
+}
+
+#[cfg(unix)]
+#[test]
+fn c24_class_names_that_are_not_utf8_are_refused_and_such_file_names_never_panic() {
+    use std::os::unix::ffi::OsStrExt;
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    for name in [&b"caf\xe9"[..], &b"caf\xe8"[..]] {
+        copy_tree(&cases().join("C18/dataset/a"), &data.join(std::ffi::OsStr::from_bytes(name)));
+    }
+    let (ok, log) = cli_train(&data, &dir.path().join("run"), &["--epochs", "1"]);
+    assert!(!ok, "{log}");
+    assert!(log.contains("not valid UTF-8") && log.contains("caf\u{FFFD}") && log.contains("convmv"), "{log}");
+    // A file whose own name is not UTF-8: trained on, and predict --json writes it lossily.
+    let good = dir.path().join("good");
+    copy_tree(&cases().join("C18/dataset"), &good);
+    let odd = good.join("a").join(std::ffi::OsStr::from_bytes(b"img_\xff.png"));
+    std::fs::copy(good.join("a/img_00.png"), &odd).unwrap();
+    let run = dir.path().join("run2");
+    let (ok, log) = cli_train(&good, &run, &["--epochs", "1"]);
+    assert!(ok, "{log}");
+    let (ok, log) = vramfit_cli(&[
+        "predict".as_ref(),
+        "--json".as_ref(),
+        "--device".as_ref(),
+        "cpu".as_ref(),
+        "--model".as_ref(),
+        run.as_os_str(),
+        odd.as_os_str(),
+    ]);
+    assert!(ok && log.contains("img_\u{FFFD}.png"), "{log}");
 }

@@ -329,7 +329,10 @@ pub fn predict(args: PredictArgs) -> anyhow::Result<ExitCode> {
     let mut failures = 0;
     for (path, result) in predictor.predict_files(&files, args.top_k) {
         match result {
-            Ok(top) if args.json => println!("{}", serde_json::json!({ "file": path, "top": top })),
+            // A path that is not UTF-8 is written lossily (U+FFFD for the bad bytes), never a panic.
+            Ok(top) if args.json => {
+                println!("{}", serde_json::json!({ "file": path.to_string_lossy(), "top": top }))
+            }
             Ok(top) => {
                 let line: Vec<String> =
                     top.iter().map(|c| format!("{} {:.1}%", c.name, c.probability * 100.0)).collect();
