@@ -183,6 +183,9 @@ pub fn save(
     for (file, bytes) in CHECKPOINT_FILES.iter().zip(&files) {
         write_atomic(&dir.join(file), bytes)?;
         sums.insert(file.to_string(), FileChecksum::of(bytes));
+        if *file == "model.bpk" {
+            crate::fault::in_save();
+        }
     }
     let sums = serde_json::to_vec_pretty(&sums).map_err(|e| Error::io(&checksums_path, e))?;
     write_atomic(&checksums_path, &sums)?;
@@ -315,10 +318,13 @@ pub fn find_latest(run_dir: &Path) -> Result<LatestCheckpoint> {
     Err(Error::io(&root, message))
 }
 
-/// Whether a run folder has any checkpoint, intact or not (a `latest.json` or a `step-*` folder).
+/// Whether a run folder has a checkpoint that was completely written (intact or damaged since):
+/// a `latest.json` or a `step-*` folder with its `checksums.json`. A folder whose first save was
+/// interrupted has none, and its run starts over on resume.
 pub fn any_checkpoint(run_dir: &Path) -> bool {
     let root = checkpoints_dir(run_dir);
-    root.join("latest.json").exists() || !step_folders(&root).is_empty()
+    root.join("latest.json").exists()
+        || step_folders(&root).iter().any(|n| root.join(n).join("checksums.json").exists())
 }
 
 /// The newest intact checkpoint of a run: (folder, state). See [`find_latest`].

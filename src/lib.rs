@@ -18,6 +18,7 @@ pub mod error;
 pub mod eval;
 pub mod events;
 pub mod export;
+pub mod fault;
 pub mod gui;
 pub mod idx;
 pub mod image_io;

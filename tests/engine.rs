@@ -1438,3 +1438,42 @@ fn c24_class_names_that_are_not_utf8_are_refused_and_such_file_names_never_panic
     ]);
     assert!(ok && log.contains("img_\u{FFFD}.png"), "{log}");
 }
+
+#[test]
+fn sigkill_at_20_points_then_resume_finishes_with_every_step_once() {
+    // 10 training images at batch 1, 3 epochs: 30 steps, a checkpoint every 3 steps and at each
+    // epoch end. The worker is SIGKILLed at 15 steps and in the middle of 5 checkpoint saves.
+    let data = cases().join("C18/dataset");
+    let points: Vec<String> = [1, 2, 4, 5, 7, 8, 10, 11, 13, 14, 16, 17, 19, 22, 25]
+        .iter()
+        .map(|s| s.to_string())
+        .chain((1..=5).map(|n| format!("save:{n}")))
+        .collect();
+    let mut outcomes = Vec::new();
+    for point in &points {
+        let dir = tempfile::tempdir().unwrap();
+        let run = dir.path().join("run");
+        let mut args: Vec<&std::ffi::OsStr> =
+            ["train", "--device", "cpu", "--data"].iter().map(|s| s.as_ref()).collect();
+        args.extend([data.as_os_str(), "--out".as_ref(), run.as_os_str()]);
+        for a in ["--epochs", "3", "--batch-size", "1", "--set", "train.checkpoint_every_steps=3"] {
+            args.push(a.as_ref());
+        }
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_vramfit"))
+            .args(&args)
+            .env("VRAMFIT_FAULT", format!("kill@{point}"))
+            .output()
+            .unwrap();
+        let log = String::from_utf8_lossy(&out.stderr);
+        assert!(log.contains("the training process died (SIGKILL"), "{point}: {log}");
+        let resumed_from = vramfit::checkpoint::find_latest(&run).map_or(0, |l| l.state.global_step);
+        let (ok, log) = cli_train(&data, &run, &["--resume"]);
+        assert!(ok, "{point}: {log}");
+        assert_eq!(metric_steps(&run), (1..=30).collect::<Vec<_>>(), "{point}: every step once");
+        for e in std::fs::read_dir(run.join("checkpoints")).unwrap().flatten().filter(|e| e.path().is_dir()) {
+            assert!(vramfit::checkpoint::verify(&e.path(), false).is_ok(), "{point}: {:?}", e.path());
+        }
+        outcomes.push(format!("kill@{point}: resumed from step {resumed_from}"));
+    }
+    eprintln!("{}", outcomes.join("\n"));
+}

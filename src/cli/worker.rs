@@ -12,8 +12,7 @@
 //!
 //! Ctrl-C reaches both processes; the child stops after its step with a checkpoint and the parent
 //! waits for it. Parent to child: the child's stdin; a `stop` line, or its end (the parent died),
-//! stops the run the same way. Fault injection for tests: `VRAMFIT_FAULT=abort@N|kill@N|exit@N|panic@N` makes
-//! the child abort, SIGKILL itself, exit with status 3, or panic when step N is reported.
+//! stops the run the same way. Fault injection for tests: [`crate::fault`].
 
 use std::collections::VecDeque;
 use std::ffi::OsString;
@@ -59,24 +58,10 @@ pub fn stop_on_parent_request(stop: crate::events::StopSignal) {
     });
 }
 
-/// Child side: acts on `VRAMFIT_FAULT` when `event` is the step it names (tests only).
+/// Child side: the fault point of a reported step ([`crate::fault`], tests only).
 pub fn inject_fault(event: &Event) {
-    let Event::Step { step, .. } = event else { return };
-    let Ok(spec) = std::env::var("VRAMFIT_FAULT") else { return };
-    let Some((kind, at)) = spec.split_once('@') else { return };
-    if at.parse::<usize>().ok() != Some(*step) {
-        return;
-    }
-    eprintln!("VRAMFIT_FAULT: {kind} at step {step}");
-    match kind {
-        "abort" => std::process::abort(),
-        "exit" => std::process::exit(3),
-        "panic" => panic!("VRAMFIT_FAULT panic at step {step}"),
-        "kill" => {
-            let _ = Command::new("kill").args(["-9", &std::process::id().to_string()]).status();
-            std::thread::sleep(std::time::Duration::from_secs(60));
-        }
-        _ => {}
+    if let Event::Step { step, .. } = event {
+        crate::fault::at_step(*step);
     }
 }
 
