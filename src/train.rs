@@ -514,12 +514,23 @@ pub fn train(
         let limit = adapter.max_storage_buffer_binding_size.min(adapter.max_buffer_size);
         if estimate.largest_tensor > limit {
             let per_image = estimate.largest_tensor / config.train.batch_size as u64;
+            let fitting_batch = limit / per_image.max(1);
+            // Never circular: when even one image does not fit, a smaller batch is no answer.
+            let fix = if fitting_batch == 0 {
+                "even one image does not fit: lower data.preprocess.crop_size (or use mode resize_and_crop for \
+                 large images), or train on the CPU (--device cpu)"
+                    .to_string()
+            } else {
+                format!(
+                    "use train.batch_size <= {fitting_batch} (with grad_accum_steps to keep the effective batch) or a \
+                     smaller crop_size"
+                )
+            };
             return Err(Error::Memory(format!(
-                "the largest tensor of a step is {} but {} allows {} per buffer; use train.batch_size <= {} (with grad_accum_steps to keep the effective batch) or a smaller crop_size",
+                "the largest tensor of a step is {} but {} allows {} per buffer; {fix}",
                 human_bytes(estimate.largest_tensor),
                 adapter.name,
                 human_bytes(limit),
-                (limit / per_image.max(1)).max(1)
             )));
         }
     }

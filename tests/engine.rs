@@ -1477,3 +1477,60 @@ fn sigkill_at_20_points_then_resume_finishes_with_every_step_once() {
     }
     eprintln!("{}", outcomes.join("\n"));
 }
+
+#[test]
+fn when_one_image_is_over_the_buffer_limit_the_advice_is_not_a_smaller_batch() {
+    let device = gpu();
+    let mut config = quickstart();
+    config.data.preprocess = PreprocessConfig { mode: PreprocessMode::ResizeAndCrop, load_size: 4096, crop_size: 4096 };
+    config.train.batch_size = 1;
+    config.memory.memory_budget_bytes = 1 << 50;
+    let dir = tempfile::tempdir().unwrap();
+    let req = TrainRequest::new(config, dir.path().join("run"));
+    let err = train::train(&req, &device, &bundled(), &mut |_| {}, &StopSignal::new()).unwrap_err().to_string();
+    assert!(err.contains("even one image does not fit") && err.contains("--device cpu"), "{err}");
+    assert!(!err.contains("batch_size <="), "{err}");
+}
+
+#[test]
+fn property_random_mixes_of_good_and_undecodable_files_train_or_are_refused_never_crash() {
+    use rand::{Rng, SeedableRng};
+    let mut rng = rand::rngs::SmallRng::seed_from_u64(7);
+    let good = std::fs::read(cases().join("C18/dataset/a/img_00.png")).unwrap();
+    let bad: [&[u8]; 3] = [b"", b"plain text, not an image", &good[..good.len() / 2]];
+    let cpu = device::select(DeviceChoice::Cpu(CpuBackend::Flex)).unwrap();
+    for case in 0..25 {
+        let dir = tempfile::tempdir().unwrap();
+        let data = dir.path().join("data");
+        let classes = rng.random_range(2..=3);
+        let mut decodable = Vec::new();
+        for c in 0..classes {
+            let class_dir = data.join(format!("class{c}"));
+            std::fs::create_dir_all(&class_dir).unwrap();
+            let n_good = rng.random_range(0..=4);
+            let n_bad = rng.random_range(usize::from(n_good == 0)..=3);
+            for i in 0..n_good {
+                std::fs::write(class_dir.join(format!("good{i}.png")), &good).unwrap();
+            }
+            for i in 0..n_bad {
+                std::fs::write(class_dir.join(format!("bad{i}.png")), bad[rng.random_range(0..bad.len())]).unwrap();
+            }
+            decodable.push(n_good);
+        }
+        let splits =
+            dataset::open(&data, &ScanOptions { val_fraction: 0.0, seed: 1, allow_empty_classes: false }).unwrap();
+        let mut config = quickstart();
+        config.train.epochs = 2;
+        config.train.batch_size = rng.random_range(1..=4);
+        let mut req = TrainRequest::new(config, dir.path().join("run"));
+        req.max_steps = Some(3);
+        let result = train::train(&req, &cpu, &splits, &mut |_| {}, &StopSignal::new());
+        let trainable = decodable.iter().all(|&n| n > 0);
+        match result {
+            Ok(s) => assert!(trainable && s.global_step >= 1, "case {case} {decodable:?}: {s:?}"),
+            Err(e) => {
+                assert!(!trainable && e.to_string().contains("no decodable image"), "case {case} {decodable:?}: {e}")
+            }
+        }
+    }
+}

@@ -7,8 +7,8 @@
 //! - stdout: each engine event as one line, [`EVENT_PREFIX`] then the event as JSON
 //!   ([`crate::events::Event`]); every other line is the child's own output, printed as is.
 //! - stderr: passed through; its last [`STDERR_TAIL`] lines are kept for the report.
-//! - exit: 0 done, 1 or 2 an error the child has already explained; anything else (a signal, a
-//!   panic's 101) is a crash that the parent reports.
+//! - exit: 0 done, 1 or 2 an error the child has already explained, 130 a second Ctrl-C;
+//!   anything else (a signal, a panic's 101) is a crash that the parent reports.
 //!
 //! Ctrl-C reaches both processes; the child stops after its step with a checkpoint and the parent
 //! waits for it. Parent to child: the child's stdin; a `stop` line, or its end (the parent died),
@@ -122,7 +122,8 @@ pub fn train_in_child(out: &Path, out_given: bool, gpu: bool) -> anyhow::Result<
     }
     match status.code() {
         Some(0) => return Ok(ExitCode::SUCCESS),
-        Some(c @ (1 | 2)) => return Ok(ExitCode::from(c as u8)),
+        // 1 and 2: an error the child explained; 130: a second Ctrl-C, the user's choice.
+        Some(c @ (1 | 2 | 130)) => return Ok(ExitCode::from(c as u8)),
         _ => {}
     }
     let tail: Vec<String> = tail.lock().unwrap_or_else(std::sync::PoisonError::into_inner).iter().cloned().collect();
