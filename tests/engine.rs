@@ -977,17 +977,35 @@ fn memory_predictions_hold_within_25_percent_on_the_adapter() {
 
 /// Runs the vramfit binary; returns (success, stdout + stderr).
 fn vramfit_cli(args: &[&std::ffi::OsStr]) -> (bool, String) {
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_vramfit")).args(args).output().unwrap();
+    let (code, text) = vramfit_cli_env(args, None);
+    (code == Some(0), text)
+}
+
+/// Runs the vramfit binary with `VRAMFIT_FAULT` set to `fault` (when given); returns (exit
+/// status code, stdout + stderr).
+fn vramfit_cli_env(args: &[&std::ffi::OsStr], fault: Option<&str>) -> (Option<i32>, String) {
+    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_vramfit"));
+    command.args(args);
+    if let Some(fault) = fault {
+        command.env("VRAMFIT_FAULT", fault);
+    }
+    let out = command.output().unwrap();
     let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-    (out.status.success(), text)
+    (out.status.code(), text)
 }
 
 /// `vramfit train --device cpu --data DATA --out RUN` plus `extra`.
 fn cli_train(data: &Path, run: &Path, extra: &[&str]) -> (bool, String) {
+    let (code, text) = cli_train_with_fault(data, run, extra, None);
+    (code == Some(0), text)
+}
+
+/// [`cli_train`] with `VRAMFIT_FAULT` set (when given); returns (exit status code, output).
+fn cli_train_with_fault(data: &Path, run: &Path, extra: &[&str], fault: Option<&str>) -> (Option<i32>, String) {
     let mut args: Vec<&std::ffi::OsStr> = ["train", "--device", "cpu", "--data"].iter().map(|s| s.as_ref()).collect();
     args.extend([data.as_os_str(), "--out".as_ref(), run.as_os_str()]);
     args.extend(extra.iter().map(|s| std::ffi::OsStr::new(*s)));
-    vramfit_cli(&args)
+    vramfit_cli_env(&args, fault)
 }
 
 /// The step column of a run's metrics.csv.
@@ -1309,19 +1327,9 @@ fn the_cli_survives_a_crashed_training_process_and_the_run_resumes() {
     ] {
         let dir = tempfile::tempdir().unwrap();
         let run = dir.path().join("run");
-        let mut args: Vec<&std::ffi::OsStr> =
-            ["train", "--device", "cpu", "--data"].iter().map(|s| s.as_ref()).collect();
-        args.extend([data.as_os_str(), "--out".as_ref(), run.as_os_str()]);
-        for a in ["--epochs", "3", "--batch-size", "2", "--set", "train.checkpoint_every_steps=2"] {
-            args.push(a.as_ref());
-        }
-        let out = std::process::Command::new(env!("CARGO_BIN_EXE_vramfit"))
-            .args(&args)
-            .env("VRAMFIT_FAULT", fault)
-            .output()
-            .unwrap();
-        let log = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-        assert_eq!(out.status.code(), Some(1), "the parent exits normally with status 1: {log}");
+        let extra = ["--epochs", "3", "--batch-size", "2", "--set", "train.checkpoint_every_steps=2"];
+        let (code, log) = cli_train_with_fault(&data, &run, &extra, Some(fault));
+        assert_eq!(code, Some(1), "the parent exits normally with status 1: {log}");
         assert!(log.contains(&format!("the training process died {cause}")), "{fault}: {log}");
         assert!(log.contains("newest checkpoint") && log.contains(resume_hint), "{fault}: {log}");
         assert!(vramfit::checkpoint::find_latest(&run).unwrap().damaged.is_empty());
@@ -1453,18 +1461,8 @@ fn sigkill_at_20_points_then_resume_finishes_with_every_step_once() {
     for point in &points {
         let dir = tempfile::tempdir().unwrap();
         let run = dir.path().join("run");
-        let mut args: Vec<&std::ffi::OsStr> =
-            ["train", "--device", "cpu", "--data"].iter().map(|s| s.as_ref()).collect();
-        args.extend([data.as_os_str(), "--out".as_ref(), run.as_os_str()]);
-        for a in ["--epochs", "3", "--batch-size", "1", "--set", "train.checkpoint_every_steps=3"] {
-            args.push(a.as_ref());
-        }
-        let out = std::process::Command::new(env!("CARGO_BIN_EXE_vramfit"))
-            .args(&args)
-            .env("VRAMFIT_FAULT", format!("kill@{point}"))
-            .output()
-            .unwrap();
-        let log = String::from_utf8_lossy(&out.stderr);
+        let extra = ["--epochs", "3", "--batch-size", "1", "--set", "train.checkpoint_every_steps=3"];
+        let (_, log) = cli_train_with_fault(&data, &run, &extra, Some(&format!("kill@{point}")));
         assert!(log.contains("the training process died (SIGKILL"), "{point}: {log}");
         let resumed_from = vramfit::checkpoint::find_latest(&run).map_or(0, |l| l.state.global_step);
         let (ok, log) = cli_train(&data, &run, &["--resume"]);
