@@ -347,8 +347,8 @@ pub fn describe_run(run_dir: &Path) -> Option<String> {
     }
     Some(match find_latest(run_dir) {
         Ok(l) => format!(
-            "classes {}, {} steps, {} epochs done, newest checkpoint {}",
-            short_names(&l.state.class_names),
+            "{}, {} steps, {} epochs done, newest checkpoint {}",
+            crate::dataset::class_list(&l.state.class_names),
             l.state.global_step,
             l.state.epoch,
             l.dir.display()
@@ -429,10 +429,6 @@ pub fn refuse_existing_run(run_dir: &Path) -> Result<()> {
             ),
         )),
     }
-}
-
-fn short_names(names: &[String]) -> String {
-    if names.len() <= 6 { format!("{names:?}") } else { format!("{} ({:?}, ...)", names.len(), &names[..3]) }
 }
 
 /// The network of a run's newest checkpoint on `device`, with the run's configuration (its

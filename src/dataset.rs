@@ -220,6 +220,16 @@ impl Splits {
     }
 }
 
+/// Class names for a message, with the word "classes": all of them when few
+/// (`classes ["a", "b"]`), else the count and the first three (`10 classes (a, b, c, ...)`).
+pub fn class_list(names: &[String]) -> String {
+    if names.len() <= 6 {
+        format!("classes {names:?}")
+    } else {
+        format!("{} classes ({}, ...)", names.len(), names[..3].join(", "))
+    }
+}
+
 /// Scan options.
 #[derive(Clone, Copy, Debug)]
 pub struct ScanOptions {

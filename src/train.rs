@@ -388,15 +388,6 @@ fn split_batch(batch: &Batch, factor: usize) -> Vec<Batch> {
         .collect()
 }
 
-/// Class names for a message: all of them when few, else the count and the first three.
-fn short_list(names: &[String]) -> String {
-    if names.len() <= 6 {
-        format!("{names:?}")
-    } else {
-        format!("{} classes ({}, ...)", names.len(), names[..3].join(", "))
-    }
-}
-
 /// The NaN guard's message: the values seen and the likely causes in order.
 fn diagnosis(loss: f32, grad_norm: f32, config: &Config, step: usize) -> String {
     format!(
@@ -584,8 +575,8 @@ pub fn train(
                 path: out.clone(),
                 message: format!(
                     "this run was trained on {} but the data given has {}; resume with the data the run was trained on (its data.txt names it)",
-                    short_list(&state.class_names),
-                    short_list(&classes)
+                    crate::dataset::class_list(&state.class_names),
+                    crate::dataset::class_list(&classes)
                 ),
             });
         }
