@@ -134,6 +134,17 @@ impl SelectedDevice {
         self.adapter.is_some()
     }
 
+    /// Bytes one tensor may occupy on this device: the smaller of the adapter's largest buffer and
+    /// largest storage-buffer binding; `None` on the CPU (no such limit).
+    pub fn buffer_limit(&self) -> Option<u64> {
+        self.adapter.as_ref().map(|a| a.max_storage_buffer_binding_size.min(a.max_buffer_size))
+    }
+
+    /// The default CPU backend, for work that does not fit this device's buffers.
+    pub fn cpu_fallback() -> Self {
+        cpu(CpuBackend::DEFAULT, None)
+    }
+
     /// Whether f16 compute is available.
     pub fn supports_f16(&self) -> bool {
         self.device.supports_dtype(FloatDType::F16) && self.adapter.as_ref().is_none_or(|a| a.shader_f16)

@@ -67,6 +67,48 @@ impl Error {
     pub fn io(path: impl Into<PathBuf>, cause: impl std::fmt::Display) -> Self {
         Error::Io { path: path.into(), message: cause.to_string() }
     }
+
+    /// An [`Error::Device`] from a GPU runtime error, kept to one line: the runtime's first line
+    /// and its root cause (burn's execution errors print a chain of causes, skip records and
+    /// backtrace placeholders over dozens of lines).
+    pub fn device(cause: &impl std::fmt::Debug) -> Self {
+        Error::Device(one_line_cause(&format!("{cause:?}")))
+    }
+}
+
+/// The first line of a multi-line runtime error and its last meaningful cause, joined by "; ".
+pub fn one_line_cause(text: &str) -> String {
+    let noise = |l: &str| {
+        l.is_empty()
+            || l.starts_with("Caused by")
+            || l.starts_with("No backtrace")
+            || l.starts_with("Asked at")
+            || l.starts_with("skipped `")
+            || l.starts_with('(')
+            || l.starts_with("stack backtrace")
+            || l.split(':').next().is_some_and(|n| n.trim().parse::<u32>().is_ok())
+    };
+    let lines: Vec<&str> = text.lines().map(str::trim).filter(|l| !noise(l)).collect();
+    match (lines.first(), lines.last()) {
+        (Some(first), Some(last)) if first != last => format!("{first}; cause: {last}"),
+        (Some(first), _) => (*first).to_string(),
+        _ => text.trim().to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn runtime_errors_become_one_line_with_the_root_cause() {
+        let text = "An error happened during execution\nCaused by:\n  Several failures at once\nCaused by:\n  \
+                    skipped `ElemwiseFuse`: it needed memory\n  (21 older skip record(s) were dropped)\nCaused by:\n  \
+                    can't allocate buffer of size: 192000000\nNo backtrace available\nAsked at:\nNo backtrace available";
+        assert_eq!(
+            super::one_line_cause(text),
+            "An error happened during execution; cause: can't allocate buffer of size: 192000000"
+        );
+        assert_eq!(super::one_line_cause("lost device"), "lost device");
+    }
 }
 
 /// Result alias for the engine.

@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use burn::tensor::{Device, Int, Tensor, TensorData};
 
-use crate::config::Precision;
+use crate::config::{ModelConfig, Precision};
 use crate::dataset::Dataset;
 use crate::error::{Error, Result};
 use crate::loader::{self, Batch, SamplePipeline};
@@ -64,19 +64,36 @@ pub fn batch_tensors(batch: Batch, device: &Device) -> (Tensor<4>, Tensor<1, Int
     (images, labels)
 }
 
-/// Evaluates `model` (a validation snapshot, no autodiff) on `dataset`.
+/// How [`evaluate`] batches, computes and checks its uploads.
+#[derive(Clone, Debug)]
+pub struct EvalSettings<'a> {
+    /// The network's config (its layer shapes size the buffer check).
+    pub model: &'a ModelConfig,
+    /// Images per batch read from the loader.
+    pub batch_size: usize,
+    /// Compute precision of the forward pass.
+    pub precision: Precision,
+    /// Decoding threads (0: the calling thread).
+    pub workers: usize,
+    /// Bytes one tensor may occupy on the device
+    /// ([`crate::device::SelectedDevice::buffer_limit`]); `None` on the CPU.
+    pub buffer_limit: Option<u64>,
+}
+
+/// Evaluates `model` (a validation snapshot, no autodiff) on `dataset`. Every batch is checked
+/// against the device's buffer limit before it is uploaded and split into chunks that fit.
 ///
 /// # Errors
-/// [`Error::Device`] when the device fails to return results.
+/// [`Error::Memory`] when one image alone is larger than the device's buffer limit (naming the
+/// limit and the fix), [`Error::Device`] when the device fails to return results.
 pub fn evaluate(
     model: &Classifier,
     dataset: Arc<Dataset>,
     pipeline: Arc<SamplePipeline>,
     device: &Device,
-    batch_size: usize,
-    precision: Precision,
-    workers: usize,
+    settings: &EvalSettings<'_>,
 ) -> Result<EvalResult> {
+    let EvalSettings { batch_size, precision, workers, buffer_limit, .. } = *settings;
     let classes = dataset.class_names.len();
     let order = Arc::new((0..dataset.samples.len()).collect::<Vec<_>>());
     let mut result = EvalResult {
@@ -85,34 +102,26 @@ pub fn evaluate(
         ..Default::default()
     };
     let (mut loss_sum, mut top5_hits) = (0f64, 0usize);
-    let k = classes.min(5);
     for batch in loader::batches(dataset.clone(), pipeline, order, batch_size, 0, 0, workers, 2) {
         result.skipped.extend(batch.skipped.iter().cloned());
         if batch.is_empty() {
             continue;
         }
-        let labels_host = batch.labels.clone();
-        let n = batch.len();
-        let (images, labels) = batch_tensors(batch, device);
-        let logits = model.forward(images, precision);
-        let logp = burn::tensor::activation::log_softmax(logits, 1); // [B, C]
-        let nll = logp.clone().gather(1, labels.reshape([n, 1])).neg().sum();
-        let data =
-            logp.try_into_data().map_err(|e| Error::Device(format!("reading evaluation results failed: {e:?}")))?;
-        let nll = nll
-            .try_into_scalar::<f32>()
-            .map_err(|e| Error::Device(format!("reading evaluation loss failed: {e:?}")))?;
-        loss_sum += nll as f64;
-        let values = data.try_to_vec::<f32>().map_err(|e| Error::Device(format!("{e:?}")))?;
-        for (i, &label) in labels_host.iter().enumerate() {
-            let row = &values[i * classes..(i + 1) * classes];
-            let ranked = top_k(row, k);
-            result.confusion[label as usize][ranked[0].0] += 1;
-            if ranked.iter().any(|(c, _)| *c == label as usize) {
-                top5_hits += 1;
-            }
+        let per_image = crate::memory::inference_bytes_per_image(settings.model, classes, (batch.height, batch.width));
+        let fit = crate::memory::images_per_buffer(buffer_limit, per_image);
+        if fit == 0 {
+            return Err(Error::Memory(format!(
+                "one {}x{} evaluation image needs a {} tensor but the device allows {} per buffer; evaluate on the \
+                 CPU (--device cpu) or use a smaller data.preprocess.crop_size",
+                batch.width,
+                batch.height,
+                crate::memory::human_bytes(per_image),
+                crate::memory::human_bytes(buffer_limit.unwrap_or(0)),
+            )));
         }
-        result.samples += n;
+        for chunk in batch.split(batch.len().div_ceil(fit)) {
+            evaluate_batch(model, chunk, device, precision, &mut result, &mut loss_sum, &mut top5_hits)?;
+        }
     }
     let n = if result.samples == 0 { f64::NAN } else { result.samples as f64 };
     let correct: u64 = (0..classes).map(|i| result.confusion[i][i]).sum();
@@ -120,6 +129,42 @@ pub fn evaluate(
     result.top1 = (correct as f64 / n) as f32;
     result.top5 = (top5_hits as f64 / n) as f32;
     Ok(result)
+}
+
+/// Adds one uploaded batch's loss sum, confusion counts and top-k hits to the running totals.
+fn evaluate_batch(
+    model: &Classifier,
+    batch: Batch,
+    device: &Device,
+    precision: Precision,
+    result: &mut EvalResult,
+    loss_sum: &mut f64,
+    top5_hits: &mut usize,
+) -> Result<()> {
+    let classes = result.class_names.len();
+    let k = classes.min(5);
+    {
+        let labels_host = batch.labels.clone();
+        let n = batch.len();
+        let (images, labels) = batch_tensors(batch, device);
+        let logits = model.forward(images, precision);
+        let logp = burn::tensor::activation::log_softmax(logits, 1); // [B, C]
+        let nll = logp.clone().gather(1, labels.reshape([n, 1])).neg().sum();
+        let data = logp.try_into_data().map_err(|e| Error::device(&e))?;
+        let nll = nll.try_into_scalar::<f32>().map_err(|e| Error::device(&e))?;
+        *loss_sum += nll as f64;
+        let values = data.try_to_vec::<f32>().map_err(|e| Error::device(&e))?;
+        for (i, &label) in labels_host.iter().enumerate() {
+            let row = &values[i * classes..(i + 1) * classes];
+            let ranked = top_k(row, k);
+            result.confusion[label as usize][ranked[0].0] += 1;
+            if ranked.iter().any(|(c, _)| *c == label as usize) {
+                *top5_hits += 1;
+            }
+        }
+        result.samples += n;
+    }
+    Ok(())
 }
 
 /// An accuracy (0..1) as a percentage with two decimals, or "n/a" when it was not measured (NaN).

@@ -28,19 +28,49 @@ pub struct ClassProb {
 }
 
 /// A model ready to predict on a device.
+///
+/// Inputs too large for the device's buffers (a 12 MP photo through a model with preprocess
+/// mode `none`, on an adapter with a 128 MiB binding limit) are checked before upload: a batch is
+/// split into chunks that fit, and an image that does not fit alone runs on the CPU, with a
+/// one-line notice ([`Self::take_notices`]).
 pub struct Predictor {
     model: Classifier,
     /// The model's metadata.
     pub metadata: ModelMetadata,
     device: Device,
     pipeline: SamplePipeline,
+    buffer_limit: Option<u64>,
+    cpu_model: std::sync::OnceLock<(Classifier, Device)>,
+    notices: std::sync::Mutex<Vec<String>>,
 }
 
 impl Predictor {
     /// Wraps loaded weights (already on `device`).
     pub fn new(loaded: LoadedModel, device: Device) -> Self {
         let pipeline = SamplePipeline::from_config(&loaded.metadata.inference_config(), false);
-        Self { model: loaded.model, metadata: loaded.metadata, device, pipeline }
+        Self {
+            model: loaded.model,
+            metadata: loaded.metadata,
+            device,
+            pipeline,
+            buffer_limit: None,
+            cpu_model: std::sync::OnceLock::new(),
+            notices: std::sync::Mutex::new(Vec::new()),
+        }
+    }
+
+    /// Sets the largest tensor, in bytes, the device accepts
+    /// ([`crate::device::SelectedDevice::buffer_limit`]; `None`: no limit, as on the CPU).
+    #[must_use]
+    pub fn with_buffer_limit(mut self, limit: Option<u64>) -> Self {
+        self.buffer_limit = limit;
+        self
+    }
+
+    /// Notices since the last call, e.g. that an image ran on the CPU because it does not fit
+    /// the device's buffers.
+    pub fn take_notices(&self) -> Vec<String> {
+        std::mem::take(&mut *self.notices.lock().unwrap_or_else(std::sync::PoisonError::into_inner))
     }
 
     /// Loads an export (folder or weights file) onto `device`.
@@ -67,23 +97,39 @@ impl Predictor {
 
     /// Softmax probabilities for a batch of decoded images of one shape, `[B][classes]`.
     ///
+    /// Each chunk uploaded is checked against the device's buffer limit first: the batch is split
+    /// to fit, and images that do not fit alone run on the CPU (default backend) with a notice.
+    ///
     /// # Errors
     /// [`Error::Preprocess`] for an unusable image, [`Error::Device`] when the device fails.
     pub fn probabilities(&self, images: &[RgbImage]) -> Result<Vec<Vec<f32>>> {
+        let mut rng = rand::rngs::SmallRng::seed_from_u64(0);
         let inputs = images
             .iter()
-            .map(|i| self.input(i))
+            .map(|i| self.pipeline.tensor_from_image(i, &mut rng))
             .collect::<std::result::Result<Vec<_>, _>>()
             .map_err(Error::Preprocess)?;
-        if inputs.is_empty() {
-            return Ok(vec![]);
-        }
-        let x = Tensor::cat(inputs, 0);
-        let probs = burn::tensor::activation::softmax(self.model.forward(x, Precision::F32), 1);
+        let Some(&(_, h, w)) = inputs.first() else { return Ok(vec![]) };
         let classes = self.metadata.class_names.len();
-        let data = probs.try_into_data().map_err(|e| Error::Device(format!("{e:?}")))?;
-        let values = data.try_to_vec::<f32>().map_err(|e| Error::Device(format!("{e:?}")))?;
-        Ok(values.chunks(classes).map(<[f32]>::to_vec).collect())
+        let per_image = crate::memory::inference_bytes_per_image(&self.metadata.model, classes, (h, w));
+        let fit = crate::memory::images_per_buffer(self.buffer_limit, per_image);
+        if fit == 0 {
+            self.notices.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(format!(
+                "a {w}x{h} input needs a {} tensor but the device allows {} per buffer: predicted on the CPU",
+                crate::memory::human_bytes(per_image),
+                crate::memory::human_bytes(self.buffer_limit.unwrap_or(0)),
+            ));
+            let (model, device) = self.cpu_model.get_or_init(|| {
+                let cpu = crate::device::SelectedDevice::cpu_fallback().device;
+                (burn::module::Module::to_device(self.model.clone(), &cpu), cpu)
+            });
+            return forward_probabilities(model, device, &inputs, classes);
+        }
+        let mut out = Vec::with_capacity(inputs.len());
+        for chunk in inputs.chunks(fit) {
+            out.extend(forward_probabilities(&self.model, &self.device, chunk, classes)?);
+        }
+        Ok(out)
     }
 
     /// Top-`k` classes of one decoded image.
@@ -127,6 +173,22 @@ impl Predictor {
             })
             .collect()
     }
+}
+
+/// Softmax probabilities of `model` on `device` for preprocessed CHW images of one shape.
+fn forward_probabilities(
+    model: &Classifier,
+    device: &Device,
+    inputs: &[(Vec<f32>, usize, usize)],
+    classes: usize,
+) -> Result<Vec<Vec<f32>>> {
+    let (h, w) = (inputs[0].1, inputs[0].2);
+    let flat: Vec<f32> = inputs.iter().flat_map(|(chw, _, _)| chw.iter().copied()).collect();
+    let x = Tensor::<4>::from_data(TensorData::new(flat, [inputs.len(), 3, h, w]), device);
+    let probs = burn::tensor::activation::softmax(model.forward(x, Precision::F32), 1);
+    let data = probs.try_into_data().map_err(|e| Error::device(&e))?;
+    let values = data.try_to_vec::<f32>().map_err(|e| Error::device(&e))?;
+    Ok(values.chunks(classes).map(<[f32]>::to_vec).collect())
 }
 
 /// Image files to predict from arguments: files as given, folders expanded by the dataset scan

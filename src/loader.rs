@@ -37,6 +37,35 @@ pub struct Batch {
 }
 
 impl Batch {
+    /// Splits a host batch into `factor` nearly equal pieces (fewer if the batch is smaller).
+    pub fn split(&self, factor: usize) -> Vec<Batch> {
+        let n = self.len();
+        if n == 0 {
+            // Every file of the batch failed to decode: nothing to run (an empty tensor would crash
+            // GroupNorm). The step counts no images and the loop moves on.
+            return vec![];
+        }
+        if factor <= 1 || n <= 1 {
+            return vec![Batch { skipped: vec![], flat: vec![], ..self.clone() }];
+        }
+        let per = n.div_ceil(factor.min(n));
+        let elems = 3 * self.height * self.width;
+        (0..n)
+            .step_by(per)
+            .map(|start| {
+                let end = (start + per).min(n);
+                Batch {
+                    images: self.images[start * elems..end * elems].to_vec(),
+                    labels: self.labels[start..end].to_vec(),
+                    height: self.height,
+                    width: self.width,
+                    skipped: vec![],
+                    flat: vec![],
+                }
+            })
+            .collect()
+    }
+
     /// Number of images.
     pub fn len(&self) -> usize {
         self.labels.len()
@@ -203,11 +232,14 @@ impl Iterator for BatchIter {
 /// give one training size: up to 256 files, evenly spaced, reading only their headers. Files
 /// that cannot be read are left to the loader, which skips them with their reason.
 ///
+/// Returns the one training size `(height, width)` in pixels of mode `none` (`None` for modes
+/// with a fixed output size, or when no header could be read).
+///
 /// # Errors
 /// [`Error::Preprocess`] naming two files whose sizes differ and the setting that fixes it.
-pub fn check_sizes_agree(dataset: &Dataset, p: &PreprocessConfig) -> crate::Result<()> {
+pub fn check_sizes_agree(dataset: &Dataset, p: &PreprocessConfig) -> crate::Result<Option<(usize, usize)>> {
     if p.output_size().is_some() {
-        return Ok(());
+        return Ok(None);
     }
     let files: Vec<&std::path::Path> = dataset
         .samples
@@ -242,7 +274,7 @@ pub fn check_sizes_agree(dataset: &Dataset, p: &PreprocessConfig) -> crate::Resu
             Some(_) => {}
         }
     }
-    Ok(())
+    Ok(first.map(|(_, (w, h), _)| (h as usize, w as usize)))
 }
 
 /// Number of worker threads for `requested` (0 = automatic).
@@ -290,4 +322,37 @@ pub fn batches(
         }
     }
     BatchIter { rx, pending: BTreeMap::new(), next: skip_batches, end: n_batches }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Batch;
+
+    fn batch(n: usize) -> Batch {
+        // Image i is filled with the value i, so each piece shows which images it holds.
+        let (h, w) = (2, 3);
+        let images = (0..n).flat_map(|i| std::iter::repeat_n(i as f32, 3 * h * w)).collect();
+        Batch { images, labels: (0..n as i64).collect(), height: h, width: w, ..Default::default() }
+    }
+
+    #[test]
+    fn split_keeps_every_image_once_in_order() {
+        let pieces = batch(7).split(3);
+        assert_eq!(pieces.iter().map(Batch::len).collect::<Vec<_>>(), vec![3, 3, 1]);
+        let labels: Vec<i64> = pieces.iter().flat_map(|b| b.labels.clone()).collect();
+        assert_eq!(labels, (0..7).collect::<Vec<_>>());
+        for p in &pieces {
+            assert_eq!(p.images.len(), p.len() * 18);
+            for (i, label) in p.labels.iter().enumerate() {
+                assert!(p.images[i * 18..(i + 1) * 18].iter().all(|&v| v == *label as f32));
+            }
+        }
+    }
+
+    #[test]
+    fn split_edges_empty_one_and_more_parts_than_images() {
+        assert!(batch(0).split(4).is_empty(), "an all-skipped batch yields nothing to run");
+        assert_eq!(batch(5).split(1).len(), 1);
+        assert_eq!(batch(2).split(8).iter().map(Batch::len).collect::<Vec<_>>(), vec![1, 1]);
+    }
 }

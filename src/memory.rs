@@ -141,6 +141,26 @@ pub fn estimate(config: &Config, batch_size: usize, num_classes: usize) -> Memor
     }
 }
 
+/// Bytes of the largest tensor one image of `image_hw` pixels makes in an f32 forward pass
+/// (no autodiff): the input `[1, 3, H, W]` or the largest layer output, 4 bytes per element.
+/// A batch of `n` such images needs `n` times this in one buffer, which must fit the adapter's
+/// buffer limit ([`crate::device::SelectedDevice::buffer_limit`]).
+pub fn inference_bytes_per_image(
+    model: &crate::config::ModelConfig,
+    num_classes: usize,
+    image_hw: (usize, usize),
+) -> u64 {
+    let input = 3 * (image_hw.0 * image_hw.1) as u64;
+    let largest = layer_plan(model, num_classes, image_hw).iter().map(|l| l.out_elems() as u64).max().unwrap_or(0);
+    4 * input.max(largest)
+}
+
+/// How many images of `bytes_per_image` fit one buffer of `limit` bytes (0 when not even one
+/// does); unbounded (`usize::MAX`) without a limit.
+pub fn images_per_buffer(limit: Option<u64>, bytes_per_image: u64) -> usize {
+    limit.map_or(usize::MAX, |l| usize::try_from(l / bytes_per_image.max(1)).unwrap_or(usize::MAX))
+}
+
 /// Verdict of an estimate against a budget.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Plan {

@@ -310,9 +310,8 @@ impl GraphBuilder {
 /// Shape and f32 values of a tensor, read back from its device.
 fn tensor_values<const D: usize>(t: &Tensor<D>) -> Result<(Vec<i64>, Vec<f32>)> {
     let shape = t.dims().iter().map(|&d| d as i64).collect();
-    let data =
-        t.clone().cast(burn::tensor::FloatDType::F32).try_into_data().map_err(|e| Error::Device(format!("{e:?}")))?;
-    let values = data.try_to_vec::<f32>().map_err(|e| Error::Device(format!("{e:?}")))?;
+    let data = t.clone().cast(burn::tensor::FloatDType::F32).try_into_data().map_err(|e| Error::device(&e))?;
+    let values = data.try_to_vec::<f32>().map_err(|e| Error::device(&e))?;
     Ok((shape, values))
 }
 

@@ -113,6 +113,13 @@ enum StepError {
     Fatal(Error),
 }
 
+impl StepError {
+    /// A device failure from a runtime error, kept to one line ([`crate::error::one_line_cause`]).
+    fn device(cause: &impl std::fmt::Debug) -> Self {
+        StepError::Device(crate::error::one_line_cause(&format!("{cause:?}")))
+    }
+}
+
 /// Cross-entropy with label smoothing `eps` (Szegedy et al. 2016), mean over the batch:
 /// `(1 - eps) * nll(target) + eps * mean_c(-log p_c)`.
 ///
@@ -268,7 +275,7 @@ impl Trainer {
         let mut correct_sum: Option<Tensor<1>> = None;
         let mut sampled = !sample_memory;
         for batch in batches {
-            for chunk in split_batch(batch, factor) {
+            for chunk in batch.split(factor) {
                 let n = chunk.len();
                 let (images, labels) = batch_tensors(chunk, &self.ad_device);
                 let logits = model.forward(images, self.precision);
@@ -276,7 +283,7 @@ impl Trainer {
                     // The peak sits between the end of forward and the middle of backward.
                     if let Err(e) = self.device.sync() {
                         self.model = Some(model);
-                        return Err(StepError::Device(format!("{e:?}")));
+                        return Err(StepError::device(&e));
                     }
                     if let Some((in_use, reserved)) = self.tracker.sample(&self.device) {
                         sink(Event::Memory {
@@ -317,11 +324,11 @@ impl Trainer {
             Ok(Ok(v)) => v,
             Ok(Err(e)) => {
                 self.model = Some(model);
-                return Err(StepError::Fatal(Error::Device(format!("{e:?}"))));
+                return Err(StepError::Fatal(Error::device(&e)));
             }
             Err(e) => {
                 self.model = Some(model);
-                return Err(StepError::Device(format!("{e:?}")));
+                return Err(StepError::device(&e));
             }
         };
         let (loss, accuracy) = (stats[0] / total as f32, stats[1] / total as f32);
@@ -357,35 +364,6 @@ impl Trainer {
         self.model = Some(self.optim.step(lr, model, grads));
         Ok(StepStats { loss, accuracy, images: total, applied })
     }
-}
-
-/// Splits a host batch into `factor` nearly equal pieces (fewer if the batch is smaller).
-fn split_batch(batch: &Batch, factor: usize) -> Vec<Batch> {
-    let n = batch.len();
-    if n == 0 {
-        // Every file of the batch failed to decode: nothing to run (an empty tensor would crash
-        // GroupNorm). The step counts no images and the loop moves on.
-        return vec![];
-    }
-    if factor <= 1 || n <= 1 {
-        return vec![Batch { skipped: vec![], flat: vec![], ..batch.clone() }];
-    }
-    let per = n.div_ceil(factor.min(n));
-    let elems = 3 * batch.height * batch.width;
-    (0..n)
-        .step_by(per)
-        .map(|start| {
-            let end = (start + per).min(n);
-            Batch {
-                images: batch.images[start * elems..end * elems].to_vec(),
-                labels: batch.labels[start..end].to_vec(),
-                height: batch.height,
-                width: batch.width,
-                skipped: vec![],
-                flat: vec![],
-            }
-        })
-        .collect()
 }
 
 /// The NaN guard's message: the values seen and the likely causes in order.
@@ -477,7 +455,8 @@ pub fn train(
         precision = Precision::F32;
         config.train.precision = Precision::F32;
     }
-    loader::check_sizes_agree(&splits.train, &config.data.preprocess)?;
+    let px = config.image_size_px();
+    let image_hw = loader::check_sizes_agree(&splits.train, &config.data.preprocess)?.unwrap_or((px, px));
     let plan = memory::plan(&config, classes.len());
     if !plan.fits {
         if req.auto_fit && plan.fit_batch_size > 0 {
@@ -501,11 +480,12 @@ pub fn train(
         }
     }
     let estimate = memory::estimate(&config, config.train.batch_size, classes.len());
-    if let Some(adapter) = &device.adapter {
-        let limit = adapter.max_storage_buffer_binding_size.min(adapter.max_buffer_size);
-        if estimate.largest_tensor > limit {
-            let per_image = estimate.largest_tensor / config.train.batch_size as u64;
-            let fitting_batch = limit / per_image.max(1);
+    if let Some(limit) = device.buffer_limit() {
+        // One micro-batch's largest tensor (input or a layer output) must fit one buffer.
+        let per_image = memory::inference_bytes_per_image(&config.model, classes.len(), image_hw);
+        let largest = per_image * config.train.batch_size as u64;
+        if largest > limit {
+            let fitting_batch = memory::images_per_buffer(Some(limit), per_image);
             // Never circular: when even one image does not fit, a smaller batch is no answer.
             let fix = if fitting_batch == 0 {
                 "even one image does not fit: lower data.preprocess.crop_size (or use mode resize_and_crop for \
@@ -519,8 +499,8 @@ pub fn train(
             };
             return Err(Error::Memory(format!(
                 "the largest tensor of a step is {} but {} allows {} per buffer; {fix}",
-                human_bytes(estimate.largest_tensor),
-                adapter.name,
+                human_bytes(largest),
+                device.name,
                 human_bytes(limit),
             )));
         }
@@ -781,15 +761,14 @@ pub fn train(
             break;
         }
         let val_model = trainer.model().valid();
-        let val = eval::evaluate(
-            &val_model,
-            val_ds.clone(),
-            eval_pipe.clone(),
-            &trainer.device,
-            batch_size.max(32),
+        let settings = eval::EvalSettings {
+            model: &config.model,
+            batch_size: batch_size.max(32),
             precision,
             workers,
-        )?;
+            buffer_limit: device.buffer_limit(),
+        };
+        let val = eval::evaluate(&val_model, val_ds.clone(), eval_pipe.clone(), &trainer.device, &settings)?;
         let secs = epoch_start.elapsed().as_secs_f64();
         let (train_loss, train_acc) = if epoch_images > 0 {
             ((epoch_loss / epoch_images as f64) as f32, (epoch_correct / epoch_images as f64) as f32)
@@ -927,7 +906,14 @@ pub fn overfit_check(
             images_per_sec: 0.0,
         });
     }
-    let val = eval::evaluate(&trainer.model().valid(), ds, pipe, &trainer.device, 64, precision, cfg.data.workers)?;
+    let settings = eval::EvalSettings {
+        model: &cfg.model,
+        batch_size: 64,
+        precision,
+        workers: cfg.data.workers,
+        buffer_limit: device.buffer_limit(),
+    };
+    let val = eval::evaluate(&trainer.model().valid(), ds, pipe, &trainer.device, &settings)?;
     Ok(OverfitResult { steps: done, accuracy: val.top1, passed: val.top1 >= 0.98 })
 }
 

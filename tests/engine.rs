@@ -209,11 +209,13 @@ fn c15_mixed_sizes_in_mode_none_are_refused_before_training() {
     let err = vramfit::loader::check_sizes_agree(&ds, &none).unwrap_err().to_string();
     assert!(err.contains("resize_and_crop") && err.contains("255x255 and "), "{err}");
     let fixed = PreprocessConfig { mode: PreprocessMode::ResizeAndCrop, ..none };
-    vramfit::loader::check_sizes_agree(&ds, &fixed).unwrap();
+    assert_eq!(vramfit::loader::check_sizes_agree(&ds, &fixed).unwrap(), None, "a fixed output size needs no check");
     let same =
         ds.samples.iter().filter(|s| matches!(&s.source, SampleSource::File(p) if p.ends_with("odd_255x255.png")));
     let one = dataset::Dataset { class_names: ds.class_names.clone(), samples: same.cloned().collect() };
-    vramfit::loader::check_sizes_agree(&one, &none).unwrap();
+    let (h, w) = vramfit::loader::check_sizes_agree(&one, &none).unwrap().unwrap();
+    assert_eq!(h, w, "a square image trains square");
+    assert!((252..=256).contains(&h), "255 px trains at its own (rounded) size, not {h}");
 }
 
 // ---------------------------------------------------------------- folders (C11-C13)
@@ -1531,4 +1533,85 @@ fn property_random_mixes_of_good_and_undecodable_files_train_or_are_refused_neve
             }
         }
     }
+}
+
+/// C30: a model trained in mode `none` (sizes kept) meets a 4000x3000 photo. On a wgpu adapter
+/// (lavapipe in CI: 128 MiB per buffer) the input is checked before upload and predicted on the
+/// CPU with a one-line notice, agreeing with `--device cpu`; evaluation of such photos is refused
+/// naming the limit and the fix; training at that size is refused before its first step. Never a
+/// panic or a backtrace.
+#[test]
+fn c30_inputs_over_the_adapters_buffer_limit_never_reach_the_device() {
+    let c30 = cases().join("C30");
+    let dir = tempfile::tempdir().unwrap();
+    let run = dir.path().join("run");
+    let (ok, text) =
+        cli_train(&c30.join("dataset"), &run, &["--preprocess", "none", "--epochs", "1", "--batch-size", "4"]);
+    assert!(ok, "{text}");
+    let photo = c30.join("photo_4000x3000.png");
+    let predict = |device: &str| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_vramfit"))
+            .args(["predict", "--json", "--top-k", "2", "--device", device, "--model"])
+            .arg(run.join("export"))
+            .arg(&photo)
+            .env_remove("RUST_BACKTRACE")
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+        assert!(out.status.success(), "{stderr}");
+        assert!(!stderr.contains("panicked") && !stderr.contains("backtrace"), "{stderr}");
+        let line: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let top: Vec<(String, f64)> = line["top"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| (c["name"].as_str().unwrap().to_string(), c["probability"].as_f64().unwrap()))
+            .collect();
+        (top, stderr)
+    };
+    let (on_cpu, _) = predict("cpu");
+    let (on_gpu, notice) = predict("gpu");
+    assert_eq!(on_gpu.len(), 2);
+    for ((a, pa), (b, pb)) in on_gpu.iter().zip(&on_cpu) {
+        assert_eq!(a, b);
+        assert!((pa - pb).abs() < 1e-5, "{on_gpu:?} vs {on_cpu:?}");
+    }
+    assert!(
+        notice.contains("4000x3000 input needs a") && notice.contains("predicted on the CPU"),
+        "the fallback is announced: {notice}"
+    );
+    assert_eq!(notice.lines().filter(|l| l.contains("predicted on the CPU")).count(), 1, "{notice}");
+
+    // Evaluation and training on a dataset of such photos: refused before upload, naming the limit.
+    let big = dir.path().join("big");
+    for class in ["a", "b"] {
+        std::fs::create_dir_all(big.join(class)).unwrap();
+        std::fs::copy(&photo, big.join(class).join("photo.png")).unwrap();
+    }
+    let export = run.join("export");
+    let eval: [&std::ffi::OsStr; 6] = [
+        "eval".as_ref(),
+        "--train-split".as_ref(),
+        "--model".as_ref(),
+        export.as_os_str(),
+        "--data".as_ref(),
+        big.as_os_str(),
+    ];
+    let (code, text) = vramfit_cli_env(&eval, None);
+    assert_eq!(code, Some(1), "{text}");
+    assert!(text.contains("per buffer") && text.contains("--device cpu"), "{text}");
+    assert!(!text.contains("panicked"), "{text}");
+    let mut args: Vec<&std::ffi::OsStr> =
+        ["train", "--preprocess", "none", "--data"].iter().map(|s| s.as_ref()).collect();
+    let run2 = dir.path().join("run2");
+    args.extend([
+        big.as_os_str(),
+        "--out".as_ref(),
+        run2.as_os_str(),
+        "--set".as_ref(),
+        "data.val_fraction=0.5".as_ref(),
+    ]);
+    let (code, text) = vramfit_cli_env(&args, None);
+    assert_eq!(code, Some(1), "{text}");
+    assert!(text.contains("even one image does not fit") && text.contains("--device cpu"), "{text}");
 }

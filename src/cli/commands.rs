@@ -253,15 +253,14 @@ pub fn eval(args: EvalArgs) -> anyhow::Result<ExitCode> {
         bail!("the dataset's classes {:?} differ from the model's {:?}", ds.class_names, loaded.metadata.class_names);
     }
     let pipe = std::sync::Arc::new(crate::loader::SamplePipeline::from_config(&config, false));
-    let r = crate::eval::evaluate(
-        &loaded.model,
-        std::sync::Arc::new(ds),
-        pipe,
-        &device.device,
-        args.batch_size,
-        crate::config::Precision::F32,
-        0,
-    )?;
+    let settings = crate::eval::EvalSettings {
+        model: &loaded.metadata.model,
+        batch_size: args.batch_size,
+        precision: crate::config::Precision::F32,
+        workers: 0,
+        buffer_limit: device.buffer_limit(),
+    };
+    let r = crate::eval::evaluate(&loaded.model, std::sync::Arc::new(ds), pipe, &device.device, &settings)?;
     if r.samples == 0 {
         bail!(
             "no image of {} could be evaluated ({} files skipped as undecodable): there is nothing to measure",
@@ -321,7 +320,8 @@ pub struct PredictArgs {
 
 pub fn predict(args: PredictArgs) -> anyhow::Result<ExitCode> {
     let device = select_device(&args.device)?;
-    let predictor = crate::infer::Predictor::load(&args.model, device.device.clone())?;
+    let predictor =
+        crate::infer::Predictor::load(&args.model, device.device.clone())?.with_buffer_limit(device.buffer_limit());
     let files = crate::infer::expand_inputs(&args.inputs);
     if files.is_empty() {
         bail!("no image files in {:?}", args.inputs);
@@ -342,6 +342,9 @@ pub fn predict(args: PredictArgs) -> anyhow::Result<ExitCode> {
                 failures += 1;
                 eprintln!("error: {e}");
             }
+        }
+        for notice in predictor.take_notices() {
+            eprintln!("note: {}: {notice}", path.display());
         }
     }
     Ok(if failures == files.len() { ExitCode::FAILURE } else { ExitCode::SUCCESS })

@@ -250,6 +250,7 @@ pub fn default_run_dir() -> PathBuf {
 /// Entry point of the `vramfit` binary.
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
+    install_panic_hook();
     let _ = tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
         .with_writer(std::io::stderr)
@@ -263,7 +264,9 @@ pub fn main() -> ExitCode {
             }
         };
     };
-    let result = match command {
+    // A panic that escapes a command (the GPU runtime's, through burn) ends it with one line and
+    // exit status 101, which the training worker's parent reports as a crash.
+    let result = std::panic::catch_unwind(|| match command {
         Command::Train(a) => commands::train(a),
         Command::Eval(a) => commands::eval(a),
         Command::Predict(a) => commands::predict(a),
@@ -273,7 +276,8 @@ pub fn main() -> ExitCode {
         Command::Bench(a) => commands::bench(a),
         Command::Info(a) => commands::info(a),
         Command::CheckData(a) => commands::check_data(a),
-    };
+    });
+    let Ok(result) = result else { return ExitCode::from(101) };
     match result {
         Ok(code) => code,
         Err(e) => {
@@ -284,6 +288,20 @@ pub fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// Panics print one line (the thread, the message's first line and root cause) instead of the
+/// default report, unless `RUST_BACKTRACE` asks for the backtrace. The GPU runtime panics on its
+/// own threads for device errors it also returns as values; the user gets those values as errors.
+fn install_panic_hook() {
+    if std::env::var_os("RUST_BACKTRACE").is_some_and(|v| v != "0") {
+        return;
+    }
+    std::panic::set_hook(Box::new(|info| {
+        let message = crate::error::one_line_cause(&crate::events::panic_message(info.payload()));
+        let thread = std::thread::current().name().unwrap_or("a thread").to_string();
+        eprintln!("error: {thread} failed: {message} (RUST_BACKTRACE=1 shows where)");
+    }));
 }
 
 #[cfg(test)]

@@ -13,6 +13,8 @@ pub struct Prediction {
     pub path: PathBuf,
     /// Top-5, or the reason the file was rejected.
     pub result: Result<Vec<ClassProb>, String>,
+    /// A one-line notice, e.g. that the image ran on the CPU because it does not fit the device.
+    pub notice: Option<String>,
     thumbnail: Option<egui::ColorImage>,
     texture: Option<egui::TextureHandle>,
 }
@@ -48,8 +50,8 @@ impl PredictView {
                 return;
             }
         };
-        let predictor = match Predictor::load(&model, device.device) {
-            Ok(p) => p,
+        let predictor = match Predictor::load(&model, device.device.clone()) {
+            Ok(p) => p.with_buffer_limit(device.buffer_limit()),
             Err(e) => {
                 self.error = Some(e.to_string());
                 return;
@@ -65,7 +67,8 @@ impl PredictView {
             let result = loaded
                 .map_err(|e| e.to_string())
                 .and_then(|img| predictor.predict_image(&img, 5).map_err(|e| e.to_string()));
-            self.predictions.insert(0, Prediction { path, result, thumbnail, texture: None });
+            let notice = predictor.take_notices().pop();
+            self.predictions.insert(0, Prediction { path, result, notice, thumbnail, texture: None });
         }
     }
 
@@ -125,6 +128,9 @@ impl PredictView {
                             Err(e) => {
                                 ui.colored_label(egui::Color32::RED, e);
                             }
+                        }
+                        if let Some(n) = &p.notice {
+                            ui.small(n);
                         }
                     });
                 });

@@ -126,16 +126,14 @@ impl EvalJob {
                     });
                 }
                 let pipe = std::sync::Arc::new(crate::loader::SamplePipeline::from_config(&config, false));
-                let batch = config.train.batch_size.max(32);
-                crate::eval::evaluate(
-                    &model,
-                    std::sync::Arc::new(data),
-                    pipe,
-                    &device.device,
-                    batch,
-                    crate::config::Precision::F32,
-                    config.data.workers,
-                )
+                let settings = crate::eval::EvalSettings {
+                    model: &config.model,
+                    batch_size: config.train.batch_size.max(32),
+                    precision: crate::config::Precision::F32,
+                    workers: config.data.workers,
+                    buffer_limit: device.buffer_limit(),
+                };
+                crate::eval::evaluate(&model, std::sync::Arc::new(data), pipe, &device.device, &settings)
             })();
             repaint();
             result
