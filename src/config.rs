@@ -448,10 +448,12 @@ impl Config {
                 (-10.0..=10.0).contains(&mean),
                 "[-10, 10] (pixels are 0..1)",
             )?;
-            real(&format!("data.std[{c}]"), std.into(), std > 0.0 && std <= 10.0, "(0, 10]")?;
+            // Below 0.001 (a quarter of one 8-bit level) normalization turns pixels into overflow.
+            real(&format!("data.std[{c}]"), std.into(), (0.001..=10.0).contains(&std), "[0.001, 10]")?;
         }
+        self.data.preprocess.validate()?;
         let crop = self.data.preprocess.crop_size as u64;
-        if self.data.max_image_pixels < crop * crop {
+        if self.data.max_image_pixels < crop.saturating_mul(crop) {
             return Err(format!(
                 "data.max_image_pixels = {} is below one {crop}x{crop} crop ({} pixels); it must be at least that \
                  (the default is 64000000)",
@@ -460,19 +462,26 @@ impl Config {
             ));
         }
         let m = &self.model;
-        check(m.stem_channels >= 1, "model.stem_channels must be >= 1")?;
-        check(!m.stages.is_empty(), "model.stages must list at least one stage")?;
-        check(m.norm_groups >= 1, "model.norm_groups must be >= 1")?;
+        check((1..=1024).contains(&m.stem_channels), "model.stem_channels must be in 1..=1024")?;
+        check(!m.stages.is_empty() && m.stages.len() <= 8, "model.stages must list 1 to 8 stages")?;
+        // Channels are rounded up to a multiple of the groups, so more groups than the stem has
+        // channels would silently widen the network.
+        check(
+            (1..=64).contains(&m.norm_groups) && m.norm_groups <= m.stem_channels,
+            "model.norm_groups must be in 1..=64 and at most model.stem_channels",
+        )?;
         for (i, s) in m.stages.iter().enumerate() {
-            if s.blocks == 0 || s.channels == 0 || !(1..=2).contains(&s.stride) {
-                return Err(format!("model.stages[{i}]: channels >= 1, blocks >= 1 and stride 1 or 2 required"));
+            if !(1..=16).contains(&s.blocks) || !(1..=4096).contains(&s.channels) || !(1..=2).contains(&s.stride) {
+                return Err(format!(
+                    "model.stages[{i}]: channels in 1..=4096, blocks in 1..=16 and stride 1 or 2 required"
+                ));
             }
         }
         let d = &self.data;
         check((0.0..=0.5).contains(&d.val_fraction), "data.val_fraction must be in 0..=0.5")?;
         check(d.max_image_pixels >= 1, "data.max_image_pixels must be >= 1")?;
-        check(d.prefetch_batches >= 1, "data.prefetch_batches must be >= 1")?;
-        self.data.preprocess.validate()?;
+        check((1..=256).contains(&d.prefetch_batches), "data.prefetch_batches must be in 1..=256")?;
+        check(d.workers <= 64, "data.workers must be in 0..=64 (0: one per core, up to 4)")?;
         let a = &self.augment;
         check((0.0..=1.0).contains(&a.color_jitter), "augment.color_jitter must be in 0..=1")?;
         check((0.0..=1.0).contains(&a.random_erasing), "augment.random_erasing must be in 0..=1")?;

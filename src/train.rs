@@ -370,7 +370,7 @@ impl Trainer {
 fn diagnosis(loss: f32, grad_norm: f32, config: &Config, step: usize) -> String {
     format!(
         "non-finite values at step {} (loss {loss}, gradient norm {grad_norm}). Likely causes, most likely first: \
-         1) learning rate too high (optimizer.lr = {}; try {}), \
+         1) learning rate too high (optimizer.lr = {}; try {:.1e}), \
          2) head init too large (model.head_init_std = {}; 0.01 is safe), \
          3) un-normalized inputs (data.mean/std = {:?}/{:?}). The last good checkpoint is kept.",
         step + 1,
