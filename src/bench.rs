@@ -365,9 +365,12 @@ pub fn check_data(path: &std::path::Path, config: &Config, allow_empty: bool) ->
         seed: config.seed,
         allow_empty_classes: allow_empty || config.data.allow_empty_classes,
     };
-    let splits = crate::dataset::open(path, &opts)?;
+    let (splits, refusals) = crate::dataset::survey(path, &opts)?;
     let pipe = crate::loader::SamplePipeline::from_config(config, false);
     let mut s = format!("dataset {}\n", splits.description);
+    for refusal in &refusals {
+        s.push_str(&format!("training would stop: {refusal}\n"));
+    }
     let mut all = splits.train.clone();
     all.samples.extend(splits.val.samples.iter().cloned());
     let counts = all.class_counts();
@@ -427,6 +430,12 @@ pub fn check_data(path: &std::path::Path, config: &Config, allow_empty: bool) ->
     }
     for warning in splits.report.warnings() {
         s.push_str(&format!("warning: {warning}\n"));
+    }
+    for w in splits.validation_warnings() {
+        s.push_str(&format!("warning: {w}\n"));
+    }
+    if let Some(e) = splits.refusal(|source| pipe.decode(source).is_ok()) {
+        s.push_str(&format!("training would stop: {e}\n"));
     }
     if let Err(e) = crate::loader::check_sizes_agree(&all, &config.data.preprocess) {
         s.push_str(&format!("training would stop: {e}\n"));

@@ -168,9 +168,18 @@ impl Splits {
     /// # Errors
     /// [`Error::Dataset`] naming the folder, the classes at fault and their counts.
     pub fn check_trainable(&self, decodes: impl Fn(&SampleSource) -> bool) -> Result<Vec<String>> {
+        match self.refusal(decodes) {
+            Some(e) => Err(e),
+            None => Ok(self.validation_warnings()),
+        }
+    }
+
+    /// Why this data cannot train a classifier (the refusals of [`Self::check_trainable`]), or
+    /// `None`.
+    pub fn refusal(&self, decodes: impl Fn(&SampleSource) -> bool) -> Option<Error> {
         let names = &self.train.class_names;
         if names.len() < 2 {
-            return Err(Error::Dataset {
+            return Some(Error::Dataset {
                 path: self.root.clone(),
                 message: format!(
                     "{} class ({names:?}): a classifier needs at least 2 class folders (root/<class>/*.jpg)",
@@ -192,7 +201,7 @@ impl Splits {
             }
         }
         if !bad.is_empty() {
-            return Err(Error::Dataset {
+            return Some(Error::Dataset {
                 path: self.root.clone(),
                 message: format!(
                     "classes with no decodable image: {}; `vramfit check-data` lists each file and why",
@@ -200,6 +209,13 @@ impl Splits {
                 ),
             });
         }
+        None
+    }
+
+    /// Warnings about the validation split: empty (metrics show as n/a), or classes without a
+    /// validation image.
+    pub fn validation_warnings(&self) -> Vec<String> {
+        let names = &self.train.class_names;
         let mut warnings = Vec::new();
         let val_counts = self.val.class_counts();
         if self.val.samples.is_empty() {
@@ -216,7 +232,7 @@ impl Splits {
                 ));
             }
         }
-        Ok(warnings)
+        warnings
     }
 }
 
@@ -261,6 +277,23 @@ pub fn has_image_extension(path: &Path) -> bool {
 /// # Errors
 /// [`Error::Dataset`] naming the folder: missing, no classes, images in the root, empty classes.
 pub fn open(path: &Path, opts: &ScanOptions) -> Result<Splits> {
+    open_inner(path, opts, None)
+}
+
+/// [`open`] for a report (`check-data`): the problems that make [`open`] refuse a dataset whose
+/// folders can still be read (class names that are not UTF-8, class folders with no images) are
+/// returned as messages, and those folders left out, so the report can go on to name every other
+/// problem.
+///
+/// # Errors
+/// As [`open`] for a folder that cannot be read as a dataset at all.
+pub fn survey(path: &Path, opts: &ScanOptions) -> Result<(Splits, Vec<String>)> {
+    let mut refusals = Vec::new();
+    let splits = open_inner(path, opts, Some(&mut refusals))?;
+    Ok((splits, refusals))
+}
+
+fn open_inner(path: &Path, opts: &ScanOptions, mut refusals: Option<&mut Vec<String>>) -> Result<Splits> {
     let dir = if path.is_file() { path.parent().unwrap_or(Path::new(".")).to_path_buf() } else { path.to_path_buf() };
     if !dir.is_dir() {
         return Err(Error::Dataset {
@@ -274,9 +307,9 @@ pub fn open(path: &Path, opts: &ScanOptions) -> Result<Splits> {
     let train_dir = dir.join("train");
     if train_dir.is_dir() {
         let val_dir = ["val", "valid", "validation", "test"].iter().map(|n| dir.join(n)).find(|p| p.is_dir());
-        let (train, mut report) = scan_folder(&train_dir, opts)?;
+        let (train, mut report) = scan_folder_inner(&train_dir, opts, refusals.as_deref_mut())?;
         if let Some(val_dir) = val_dir {
-            let (mut val, r2) = scan_folder(&val_dir, opts)?;
+            let (mut val, r2) = scan_folder_inner(&val_dir, opts, refusals)?;
             remap_labels(&mut val, &train.class_names, &val_dir)?;
             report.ignored.extend(r2.ignored);
             let description = format!(
@@ -295,7 +328,7 @@ pub fn open(path: &Path, opts: &ScanOptions) -> Result<Splits> {
             root: dir,
         });
     }
-    let (all, report) = scan_folder(&dir, opts)?;
+    let (all, report) = scan_folder_inner(&dir, opts, refusals)?;
     let (train, val) = split(all, opts);
     let description =
         format!("{} ({:.0}% held out for validation, seed {})", dir.display(), opts.val_fraction * 100.0, opts.seed);
@@ -401,6 +434,23 @@ fn idx_class_names(dir: &Path, labels: &[u8]) -> Vec<String> {
 /// # Errors
 /// [`Error::Dataset`]: unreadable root, images directly in the root, no class folder, empty classes.
 pub fn scan_folder(root: &Path, opts: &ScanOptions) -> Result<(Dataset, ScanReport)> {
+    scan_folder_inner(root, opts, None)
+}
+
+/// [`scan_folder`]; with `refusals`, the refusals that leave a usable dataset are pushed there
+/// (and the folders at fault left out) instead of returned as the error.
+fn scan_folder_inner(
+    root: &Path,
+    opts: &ScanOptions,
+    mut refusals: Option<&mut Vec<String>>,
+) -> Result<(Dataset, ScanReport)> {
+    let mut refuse = |message: String| match refusals.as_deref_mut() {
+        Some(list) => {
+            list.push(format!("dataset {}: {message}", root.display()));
+            Ok(())
+        }
+        None => Err(Error::Dataset { path: root.into(), message }),
+    };
     let err = |message: String| Error::Dataset { path: root.into(), message };
     let entries = std::fs::read_dir(root).map_err(|e| err(format!("cannot read folder: {e}")))?;
     let mut report = ScanReport::default();
@@ -431,12 +481,12 @@ pub fn scan_folder(root: &Path, opts: &ScanOptions) -> Result<(Dataset, ScanRepo
     if !not_utf8.is_empty() {
         not_utf8.sort();
         let shown: Vec<String> = not_utf8.iter().map(|p| format!("{:?}", p.display().to_string())).collect();
-        return Err(err(format!(
+        refuse(format!(
             "class folder names that are not valid UTF-8 (bad bytes shown as U+FFFD): {}; rename them \
              to UTF-8, e.g. `convmv -f latin1 -t utf8 -r --notest {}`",
             shown.join(", "),
             root.display()
-        )));
+        ))?;
     }
     if class_dirs.is_empty() {
         let found = if root_images > 0 {
@@ -471,10 +521,10 @@ pub fn scan_folder(root: &Path, opts: &ScanOptions) -> Result<(Dataset, ScanRepo
     }
     if !empty.is_empty() {
         if !opts.allow_empty_classes {
-            return Err(err(format!(
+            refuse(format!(
                 "class folders with no images: {}; add images, delete the folders, or pass --allow-empty-classes to skip them",
                 empty.join(", ")
-            )));
+            ))?;
         }
         report.empty_classes = empty;
     }

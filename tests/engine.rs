@@ -1735,3 +1735,53 @@ fn property_random_values_for_every_numeric_config_key_are_refused_by_name_or_tr
     eprintln!("{} keys: {refused} values refused by name, {trained} trained", keys.len());
     assert!(refused > 0 && trained > 0);
 }
+
+/// `vramfit check-data` on one folder mixing the second set's cases (under a path with a space,
+/// given as a `file://` URI): it prints the whole report, exits 0, and names every problem,
+/// including those that would stop training (a class name that is not UTF-8, an empty class, a
+/// class with no decodable file, a photo whose size differs in mode `none`).
+#[cfg(unix)]
+#[test]
+fn check_data_on_a_folder_mixing_the_second_set_names_every_problem_and_exits_0() {
+    use std::os::unix::ffi::OsStrExt;
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("mixed data");
+    for class in ["a", "b", "dog"] {
+        copy_tree(&cases().join("C18/dataset/a"), &root.join(class));
+    }
+    let single = root.join("c");
+    std::fs::create_dir_all(&single).unwrap();
+    std::fs::copy(cases().join("C18/dataset/a/img_00.png"), single.join("only.png")).unwrap(); // C21
+    std::fs::write(root.join("a/broken.jpg"), b"").unwrap(); // C31
+    std::fs::write(root.join("b/notes.png"), b"text, not an image").unwrap();
+    copy_tree(&cases().join("C31/all_bad/a"), &root.join("only_bad")); // C31: nothing decodes
+    std::fs::create_dir_all(root.join("empty")).unwrap();
+    std::fs::copy(cases().join("C29/bmp32_v4_alpha_mask_all_zero.bmp"), root.join("a/bmp32.bmp")).unwrap();
+    image::RgbImage::from_pixel(28, 28, image::Rgb([255, 255, 255])).save(root.join("a/blank.png")).unwrap(); // C29
+    copy_tree(&cases().join("C18/dataset/a"), &root.join(std::ffi::OsStr::from_bytes(b"caf\xe9"))); // C24
+    std::fs::copy(cases().join("C30/photo_4000x3000.png"), root.join("dog/photo.png")).unwrap(); // C30 / C15
+    std::os::unix::fs::symlink("..", root.join("dog/loop")).unwrap(); // layout
+    std::os::unix::fs::symlink("missing.png", root.join("dog/x.jpg")).unwrap();
+    std::fs::copy(cases().join("C18/dataset/a/img_00.png"), root.join("stray.png")).unwrap();
+    let (ok, log) = vramfit_cli(&["check-data".as_ref(), file_uri(&root).as_ref()]); // C32
+    assert!(ok, "exit 0 with the report: {log}");
+    for problem in [
+        "not valid UTF-8",
+        "class folders with no images: empty",
+        "\"only_bad\": 0 of",
+        "a/broken.jpg",
+        "b/notes.png",
+        "a/blank.png is one flat colour",
+        "classes with no validation image: [\"c\"]",
+        "mode `none` trains each image at its own size",
+        "dog/loop is a symbolic link back into the dataset",
+        "x.jpg: dangling symbolic link",
+        "stray.png is directly in the dataset root",
+    ] {
+        assert!(log.contains(problem), "check-data must name `{problem}`:\n{log}");
+    }
+    assert!(!log.contains("bmp32.bmp is one flat colour"), "an all-zero alpha is opaque, not blank: {log}");
+    // Training on it is refused before any step, with the first of those problems.
+    let (ok, log) = cli_train(&root, &dir.path().join("run"), &["--epochs", "1"]);
+    assert!(!ok && log.contains("not valid UTF-8"), "{log}");
+}
