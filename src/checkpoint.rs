@@ -74,7 +74,7 @@ fn sync_dir(dir: &Path) -> Result<()> {
 /// `checkpoints/` and `export/` and each checkpoint folder. Returns how many were removed.
 pub fn remove_temporaries(run_dir: &Path) -> usize {
     let root = checkpoints_dir(run_dir);
-    let mut dirs = vec![run_dir.to_path_buf(), run_dir.join("export"), root.clone()];
+    let mut dirs = vec![run_dir.to_path_buf(), run_dir.join(crate::run_dir::EXPORT), root.clone()];
     if let Ok(entries) = std::fs::read_dir(&root) {
         dirs.extend(entries.flatten().map(|e| e.path()).filter(|p| p.is_dir()));
     }
@@ -133,7 +133,7 @@ pub fn check_applied(result: &burn::store::ApplyResult, path: &Path) -> Result<(
 
 /// Checkpoint folder of a run.
 pub fn checkpoints_dir(run_dir: &Path) -> PathBuf {
-    run_dir.join("checkpoints")
+    run_dir.join(crate::run_dir::CHECKPOINTS)
 }
 
 /// Files of a checkpoint folder that `checksums.json` covers, in the order they are written.
@@ -341,7 +341,8 @@ pub fn latest(run_dir: &Path) -> Result<(PathBuf, TrainState)> {
 /// Training into a folder that holds a run without resuming would replace its checkpoints and
 /// export and mix both runs in its CSV files, so the engine refuses it ([`crate::train::train`]).
 pub fn describe_run(run_dir: &Path) -> Option<String> {
-    let markers = ["config.toml", "checkpoints", "metrics.csv", "epochs.csv", "export"];
+    use crate::run_dir::{CHECKPOINTS, CONFIG, EPOCHS_CSV, EXPORT, MANIFEST, METRICS_CSV};
+    let markers = [MANIFEST, CONFIG, CHECKPOINTS, METRICS_CSV, EPOCHS_CSV, EXPORT];
     if !markers.iter().any(|m| run_dir.join(m).exists()) {
         return None;
     }
@@ -373,7 +374,7 @@ impl RunLock {
     /// [`Error::Io`] naming the folder and the process that holds it, or the lock file's error.
     pub fn acquire(run_dir: &Path) -> Result<RunLock> {
         use std::io::Write;
-        let path = run_dir.join(".vramfit.lock");
+        let path = run_dir.join(crate::run_dir::LOCK);
         for _ in 0..2 {
             match std::fs::OpenOptions::new().write(true).create_new(true).open(&path) {
                 Ok(mut f) => {
@@ -441,7 +442,7 @@ pub fn load_latest_model(
     run_dir: &Path,
     device: &burn::tensor::Device,
 ) -> Result<(Classifier, crate::config::Config, TrainState)> {
-    let config = crate::config::Config::load(&run_dir.join("config.toml"))?;
+    let (config, _notes) = crate::run_dir::load_config(run_dir)?;
     let (dir, state) = latest(run_dir)?;
     let mut model = Classifier::new(&config.model, state.class_names.len(), device);
     let path = dir.join("model.bpk");

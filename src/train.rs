@@ -29,6 +29,7 @@ use crate::loader::{self, Batch, SamplePipeline};
 use crate::memory::{self, MemoryTracker, human_bytes};
 use crate::model::Classifier;
 use crate::precision::LossScaler;
+use crate::run_dir;
 use crate::schedule::WarmupCosine;
 
 /// What to train and where.
@@ -515,6 +516,12 @@ pub fn train(
         checkpoint::refuse_existing_run(out)?;
     }
     let _lock = checkpoint::RunLock::acquire(out)?;
+    if req.resume {
+        // A folder of a newer format is refused before anything in it changes (the client that
+        // read its config has shown the notes).
+        run_dir::check_manifest(out)?;
+    }
+    run_dir::write_manifest(out)?;
     let leftovers = checkpoint::remove_temporaries(out);
     if leftovers > 0 {
         sink(Event::Warning(format!(
@@ -527,8 +534,8 @@ pub fn train(
         // Killed before its first checkpoint: nothing to continue, so the run starts over with
         // its stored config (a new `train` would refuse the folder).
         sink(Event::Warning(format!("{} has no checkpoint yet: the run starts again from step 0", out.display())));
-        truncate_csv(&out.join("metrics.csv"), |_| false)?;
-        truncate_csv(&out.join("epochs.csv"), |_| false)?;
+        truncate_csv(&out.join(run_dir::METRICS_CSV), |_| false)?;
+        truncate_csv(&out.join(run_dir::EPOCHS_CSV), |_| false)?;
     }
     if req.resume && !fresh_start {
         let latest = checkpoint::find_latest(out)?;
@@ -537,13 +544,13 @@ pub fn train(
         }
         let (dir, mut state) = (latest.dir, latest.state);
         // A new batch size on resume: the epoch continues after the images already trained on.
-        let stored = Config::load(&out.join("config.toml")).ok();
+        let stored = run_dir::load_config(out).ok().map(|(c, _)| c);
         if let Some(old) = stored.filter(|c| c.train.batch_size != config.train.batch_size) {
             let images_done = state.batches_done_in_epoch * old.train.batch_size;
             state.batches_done_in_epoch = images_done / config.train.batch_size;
         }
-        let dropped = truncate_csv(&out.join("metrics.csv"), |step| step <= state.global_step)?
-            + truncate_csv(&out.join("epochs.csv"), |epoch| epoch < state.epoch)?;
+        let dropped = truncate_csv(&out.join(run_dir::METRICS_CSV), |step| step <= state.global_step)?
+            + truncate_csv(&out.join(run_dir::EPOCHS_CSV), |epoch| epoch < state.epoch)?;
         if dropped > 0 {
             sink(Event::Info(format!(
                 "dropped {dropped} metrics rows written after step {} (the checkpoint resumed from)",
@@ -574,7 +581,7 @@ pub fn train(
         }
     }
     // On resume this records the overrides that were applied (epochs, batch size, budget, ...).
-    crate::checkpoint::write_atomic(&out.join("config.toml"), config.to_toml().as_bytes())?;
+    crate::checkpoint::write_atomic(&out.join(run_dir::CONFIG), config.to_toml().as_bytes())?;
     sink(Event::Started {
         device: device.name.clone(),
         out_dir: out.clone(),
@@ -588,8 +595,8 @@ pub fn train(
     let val_ds = Arc::new(splits.val.clone());
     let train_pipe = Arc::new(SamplePipeline::from_config(&config, true));
     let eval_pipe = Arc::new(SamplePipeline::from_config(&config, false));
-    let metrics_path = out.join("metrics.csv");
-    let epochs_path = out.join("epochs.csv");
+    let metrics_path = out.join(run_dir::METRICS_CSV);
+    let epochs_path = out.join(run_dir::EPOCHS_CSV);
     let mut summary = TrainSummary {
         out_dir: out.clone(),
         epochs_completed: trainer.state.epoch,
@@ -829,7 +836,7 @@ pub fn train(
             val_accuracy: summary.val.as_ref().map(|v| v.top1),
             device: device.name.clone(),
         };
-        let dir = out.join("export");
+        let dir = out.join(run_dir::EXPORT);
         crate::export::export(&model, &config, &classes, &info, &dir)?;
         summary.export_dir = Some(dir);
     }

@@ -1785,3 +1785,48 @@ fn check_data_on_a_folder_mixing_the_second_set_names_every_problem_and_exits_0(
     let (ok, log) = cli_train(&root, &dir.path().join("run"), &["--epochs", "1"]);
     assert!(!ok && log.contains("not valid UTF-8"), "{log}");
 }
+
+/// A run folder records its format version (run.json). A run whose config.toml lacks a key this
+/// version added, or has one it does not know (renamed since), still exports and resumes, and
+/// says so; a folder without run.json (made before it existed) resumes and gets one; a folder of
+/// a newer format is refused by resume and export with both versions named, and left unchanged.
+#[test]
+fn run_folders_carry_a_format_version_and_configs_from_other_versions_still_resume_and_export() {
+    let dir = tempfile::tempdir().unwrap();
+    let (data, run) = (cases().join("C18/dataset"), dir.path().join("run"));
+    let (ok, log) = cli_train(&data, &run, &["--epochs", "1"]);
+    assert!(ok, "{log}");
+    let manifest: serde_json::Value = serde_json::from_slice(&std::fs::read(run.join("run.json")).unwrap()).unwrap();
+    assert_eq!(manifest["format_version"], vramfit::run_dir::FORMAT_VERSION);
+    assert_eq!(manifest["created_by"], env!("CARGO_PKG_VERSION"));
+
+    let config_path = run.join("config.toml");
+    let text = std::fs::read_to_string(&config_path).unwrap();
+    assert!(text.contains("keep_checkpoints = 2"), "{text}");
+    let text = text.replace("keep_checkpoints = 2\n", "").replace("[train]\n", "[train]\nmax_grad_norm = 1.0\n");
+    std::fs::write(&config_path, text).unwrap();
+    std::fs::remove_file(run.join("run.json")).unwrap();
+    let (ok, log) = vramfit_cli(&["export".as_ref(), "--run".as_ref(), run.as_os_str()]);
+    assert!(ok, "{log}");
+    assert!(log.contains("lacks train.keep_checkpoints = 2") && log.contains("train.max_grad_norm"), "{log}");
+    assert!(log.contains("no run.json"), "{log}");
+    let (ok, log) = cli_train(&data, &run, &["--resume", "--epochs", "2"]);
+    assert!(ok, "{log}");
+    assert!(log.contains("lacks train.keep_checkpoints") && log.contains("validation accuracy"), "{log}");
+    assert_eq!(metric_steps(&run).len(), *metric_steps(&run).last().unwrap(), "each step once");
+    assert!(run.join("run.json").exists(), "a resumed old folder gets its manifest");
+
+    let newer = r#"{"format": "vramfit-run", "format_version": 99, "created_by": "9.0.0"}"#;
+    std::fs::write(run.join("run.json"), newer).unwrap();
+    let before = std::fs::read(&config_path).unwrap();
+    let steps = metric_steps(&run);
+    for args in [vec!["export", "--run"], vec!["train", "--device", "cpu", "--resume", "--epochs", "3", "--out"]] {
+        let mut args: Vec<&std::ffi::OsStr> = args.iter().map(|s| s.as_ref()).collect();
+        args.push(run.as_os_str());
+        let (ok, log) = vramfit_cli(&args);
+        assert!(!ok, "{log}");
+        assert!(log.contains("format version 99") && log.contains("update vramfit"), "{log}");
+    }
+    assert_eq!(std::fs::read(&config_path).unwrap(), before);
+    assert_eq!(metric_steps(&run), steps);
+}

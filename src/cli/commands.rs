@@ -122,8 +122,7 @@ fn run_engine<T: Send + 'static>(
     }
 }
 
-/// File in a run folder naming the data folder it trains on (read by `train --resume`).
-const DATA_NOTE: &str = "data.txt";
+use crate::run_dir::DATA_NOTE;
 
 pub fn train(args: TrainArgs) -> anyhow::Result<ExitCode> {
     let out = args.out.clone().unwrap_or_else(super::default_run_dir);
@@ -133,9 +132,11 @@ pub fn train(args: TrainArgs) -> anyhow::Result<ExitCode> {
         return super::worker::train_in_child(&out, args.out.is_some(), gpu);
     }
     let config = if args.resume {
-        let path = out.join("config.toml");
-        let mut config = Config::load(&path)
+        let (mut config, notes) = crate::run_dir::load_config(&out)
             .with_context(|| format!("--resume needs the run folder given with --out ({})", out.display()))?;
+        for note in notes {
+            eprintln!("note: {note}");
+        }
         if args.config.config != "quickstart" {
             eprintln!(
                 "warning: --config {} is not used on resume: the run continues with its own config.toml \
@@ -464,7 +465,7 @@ pub struct ExportArgs {
 }
 
 pub fn export(args: ExportArgs) -> anyhow::Result<ExitCode> {
-    let out = args.out.unwrap_or_else(|| args.run.join("export"));
+    let out = args.out.unwrap_or_else(|| args.run.join(crate::run_dir::EXPORT));
     let options = crate::export::ExportOptions {
         format: args.format.parse().map_err(anyhow::Error::msg)?,
         onnx_input: if args.onnx_input == "u8-nhwc" {
@@ -473,6 +474,10 @@ pub fn export(args: ExportArgs) -> anyhow::Result<ExitCode> {
             crate::onnx::OnnxInput::F32Nchw
         },
     };
+    // A run made by another version: what its config lacked or had extra (errors come below).
+    for note in crate::run_dir::load_config(&args.run).map(|(_, notes)| notes).unwrap_or_default() {
+        eprintln!("note: {note}");
+    }
     if let Ok(latest) = crate::checkpoint::find_latest(&args.run) {
         for reason in &latest.damaged {
             eprintln!("warning: passed over a damaged checkpoint: {reason}");

@@ -24,7 +24,6 @@ use std::sync::{Arc, Mutex};
 use anyhow::Context;
 
 use super::render::Renderer;
-use crate::config::Config;
 use crate::events::Event;
 
 /// Marks an event line on the child's stdout.
@@ -167,7 +166,7 @@ fn crash_report(
         resume += " --device cpu";
     }
     if out_of_memory {
-        let batch = Config::load(&out.join("config.toml")).map_or(2, |c| c.train.batch_size);
+        let batch = crate::run_dir::load_config(out).map_or(2, |(c, _)| c.train.batch_size);
         resume += &format!(" --batch-size {}", (batch / 2).max(1));
         report += "\nthis looks like running out of memory (device or machine): resume at half the micro-batch";
     }

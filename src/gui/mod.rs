@@ -247,8 +247,11 @@ impl VramfitApp {
                 self.error = Some("nothing to resume: train first".into());
                 return;
             };
-            match Config::load(&run.join("config.toml")) {
-                Ok(c) => (run, c),
+            match crate::run_dir::load_config(&run) {
+                Ok((c, notes)) => {
+                    self.history.log.extend(notes.into_iter().map(|n| format!("note: {n}")));
+                    (run, c)
+                }
                 Err(e) => {
                     self.error = Some(e.to_string());
                     return;

@@ -32,7 +32,7 @@ pub struct PredictView {
 
 impl PredictView {
     fn model_dir(&self, last_run: Option<&Path>) -> Option<PathBuf> {
-        self.model_path.clone().or_else(|| last_run.map(|r| r.join("export")))
+        self.model_path.clone().or_else(|| last_run.map(|r| r.join(crate::run_dir::EXPORT)))
     }
 
     /// Predicts `paths` with the current weights on `device`.

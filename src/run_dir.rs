@@ -1,0 +1,197 @@
+//! A run folder: the names of what it holds, its format version (`run.json`), and how its
+//! config is read back by a later vramfit.
+//!
+//! ```text
+//! runs/20261130-153012/
+//!   run.json          format and version of this folder (MANIFEST)
+//!   config.toml       the run's config (CONFIG)
+//!   data.txt          the data folder it trains on, for `--resume` (DATA_NOTE)
+//!   metrics.csv       one row per optimizer step (METRICS_CSV)
+//!   epochs.csv        one row per epoch (EPOCHS_CSV)
+//!   checkpoints/      the newest `train.keep_checkpoints` checkpoints (CHECKPOINTS)
+//!   export/           weights for inference (EXPORT)
+//!   .vramfit.lock     held while a process trains into it (LOCK)
+//! ```
+
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+use crate::config::Config;
+use crate::error::{Error, Result};
+
+/// The run's config.
+pub const CONFIG: &str = "config.toml";
+/// The data folder the run trains on (one line).
+pub const DATA_NOTE: &str = "data.txt";
+/// Per-step metrics.
+pub const METRICS_CSV: &str = "metrics.csv";
+/// Per-epoch metrics.
+pub const EPOCHS_CSV: &str = "epochs.csv";
+/// Checkpoint folders.
+pub const CHECKPOINTS: &str = "checkpoints";
+/// Exported weights.
+pub const EXPORT: &str = "export";
+/// Held while a process trains into the folder.
+pub const LOCK: &str = ".vramfit.lock";
+/// The folder's format and version.
+pub const MANIFEST: &str = "run.json";
+/// The run-folder format this vramfit writes and reads. Version 1: the layout above, checkpoints
+/// with `checksums.json`. Folders without a manifest were made before version 1 had one and use
+/// the same layout.
+pub const FORMAT_VERSION: u32 = 1;
+
+/// What `run.json` holds.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Manifest {
+    /// Always "vramfit-run".
+    pub format: String,
+    /// The run-folder format version ([`FORMAT_VERSION`] when written by this vramfit).
+    pub format_version: u32,
+    /// The vramfit version that created the folder, e.g. "0.1.0".
+    pub created_by: String,
+}
+
+/// Writes `run.json` into `run` unless it is there already (a resumed run keeps its own).
+///
+/// # Errors
+/// [`Error::Io`] naming the file.
+pub fn write_manifest(run: &Path) -> Result<()> {
+    let path = run.join(MANIFEST);
+    if path.exists() {
+        return Ok(());
+    }
+    let manifest = Manifest {
+        format: "vramfit-run".into(),
+        format_version: FORMAT_VERSION,
+        created_by: env!("CARGO_PKG_VERSION").into(),
+    };
+    let text = serde_json::to_string_pretty(&manifest).map_err(|e| Error::io(&path, e))?;
+    crate::checkpoint::write_atomic(&path, text.as_bytes())
+}
+
+/// Checks that this vramfit can read the run folder `run`. Returns a note for a folder made
+/// before manifests existed (read as version 1).
+///
+/// # Errors
+/// [`Error::Io`] naming `run.json` when it is unreadable, of another format, or of a newer
+/// format version than this vramfit reads (the message names both versions and the fix).
+pub fn check_manifest(run: &Path) -> Result<Option<String>> {
+    let path = run.join(MANIFEST);
+    let text = match std::fs::read_to_string(&path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Ok(Some(format!(
+                "{} has no {MANIFEST}: made before run folders had a format version; read as version {FORMAT_VERSION}",
+                run.display()
+            )));
+        }
+        Err(e) => return Err(Error::io(&path, format!("cannot read it ({e})"))),
+    };
+    let manifest: Manifest = serde_json::from_str(&text).map_err(|e| {
+        Error::io(&path, format!("not a vramfit run manifest ({e}); restore it from a backup or delete it"))
+    })?;
+    if manifest.format != "vramfit-run" {
+        return Err(Error::io(&path, format!("format {:?} is not a vramfit run folder", manifest.format)));
+    }
+    if manifest.format_version > FORMAT_VERSION {
+        return Err(Error::io(
+            &path,
+            format!(
+                "this run folder has format version {} (made by vramfit {}), newer than the version {FORMAT_VERSION} \
+                 this vramfit {} reads; update vramfit to resume or export it",
+                manifest.format_version,
+                manifest.created_by,
+                env!("CARGO_PKG_VERSION")
+            ),
+        ));
+    }
+    Ok(None)
+}
+
+/// Reads a run's `config.toml` leniently, so a run made by another vramfit version still
+/// resumes and exports: keys this version added are filled with their defaults, keys it does
+/// not know (renamed or removed since) are ignored; both are returned as notes to show.
+/// Values are validated as for any config.
+///
+/// # Errors
+/// [`Error::Config`] naming the file for unreadable TOML or a value out of range;
+/// [`check_manifest`]'s errors.
+pub fn load_config(run: &Path) -> Result<(Config, Vec<String>)> {
+    let mut notes: Vec<String> = check_manifest(run)?.into_iter().collect();
+    let path = run.join(CONFIG);
+    let source_name = path.display().to_string();
+    let err = |message: String| Error::Config { source_name: source_name.clone(), message };
+    let text = std::fs::read_to_string(&path)
+        .map_err(|e| err(format!("cannot read it ({e}); is {} a run folder (--out of a `train`)?", run.display())))?;
+    let stored: toml::Table = toml::from_str(&text).map_err(|e| err(e.to_string().replace('\n', " ")))?;
+    let mut merged = toml::Table::try_from(Config::default()).map_err(|e| err(e.to_string()))?;
+    let (mut missing, mut unknown) = (Vec::new(), Vec::new());
+    overlay(&mut merged, &stored, "", &mut missing, &mut unknown);
+    if !missing.is_empty() {
+        notes.push(format!(
+            "{source_name} lacks {} (added after this run was made): using the defaults",
+            missing.join(", ")
+        ));
+    }
+    if !unknown.is_empty() {
+        notes.push(format!(
+            "{source_name} has keys this vramfit does not know, ignored (renamed or removed since?): {}",
+            unknown.join(", ")
+        ));
+    }
+    let config: Config = toml::Value::Table(merged).try_into().map_err(|e: toml::de::Error| err(e.to_string()))?;
+    config.validate().map_err(err)?;
+    Ok((config, notes))
+}
+
+/// Copies `stored`'s values over `base` (the defaults) where `base` has the key; records keys
+/// only in `base` (`missing`, with their default) and only in `stored` (`unknown`), dotted.
+fn overlay(
+    base: &mut toml::Table,
+    stored: &toml::Table,
+    prefix: &str,
+    missing: &mut Vec<String>,
+    unknown: &mut Vec<String>,
+) {
+    let dotted = |k: &str| if prefix.is_empty() { k.to_string() } else { format!("{prefix}.{k}") };
+    for (key, default) in base.iter_mut() {
+        match (stored.get(key), default) {
+            (None, d) => missing.push(format!("{} = {d}", dotted(key))),
+            (Some(toml::Value::Table(s)), toml::Value::Table(b)) => overlay(b, s, &dotted(key), missing, unknown),
+            (Some(v), d) => *d = v.clone(),
+        }
+    }
+    unknown.extend(stored.keys().filter(|k| !base.contains_key(*k)).map(|k| dotted(k)));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_config_from_another_version_loads_with_defaults_and_notes() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut text = Config::default().to_toml();
+        text = text.replace("keep_checkpoints = 2\n", "").replace("[train]\n", "[train]\nmax_grad_norm = 1.0\n");
+        std::fs::write(dir.path().join(CONFIG), text).unwrap();
+        write_manifest(dir.path()).unwrap();
+        let (config, notes) = load_config(dir.path()).unwrap();
+        assert_eq!(config, Config::default());
+        assert_eq!(notes.len(), 2, "{notes:?}");
+        assert!(notes[0].contains("lacks train.keep_checkpoints = 2"), "{notes:?}");
+        assert!(notes[1].contains("train.max_grad_norm"), "{notes:?}");
+    }
+
+    #[test]
+    fn a_newer_format_is_refused_naming_both_versions_and_a_missing_manifest_is_noted() {
+        let dir = tempfile::tempdir().unwrap();
+        assert!(check_manifest(dir.path()).unwrap().unwrap().contains("no run.json"));
+        let newer = Manifest { format: "vramfit-run".into(), format_version: 99, created_by: "9.0.0".into() };
+        std::fs::write(dir.path().join(MANIFEST), serde_json::to_string(&newer).unwrap()).unwrap();
+        let e = check_manifest(dir.path()).unwrap_err().to_string();
+        assert!(e.contains("format version 99") && e.contains("vramfit 9.0.0") && e.contains("update vramfit"), "{e}");
+        write_manifest(dir.path()).unwrap();
+        assert!(check_manifest(dir.path()).is_err(), "an existing manifest is never overwritten");
+    }
+}
