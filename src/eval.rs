@@ -12,13 +12,16 @@ use crate::model::Classifier;
 
 /// Results over a dataset. With no image evaluated (`samples == 0`) the loss and accuracies are
 /// NaN, which every output shows as "n/a" ([`percent_or_na`]) and CSV files as an empty cell.
-#[derive(Clone, Debug, Default, PartialEq, serde::Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct EvalResult {
     /// Mean cross-entropy (no smoothing); NaN without images.
+    #[serde(deserialize_with = "crate::events::f32_or_nan")]
     pub loss: f32,
     /// Top-1 accuracy, 0..1; NaN without images.
+    #[serde(deserialize_with = "crate::events::f32_or_nan")]
     pub top1: f32,
     /// Top-5 accuracy, 0..1 (top-k with k = classes when fewer than 5); NaN without images.
+    #[serde(deserialize_with = "crate::events::f32_or_nan")]
     pub top5: f32,
     /// Class names, label order.
     pub class_names: Vec<String>,

@@ -88,6 +88,8 @@ pub enum Event {
     },
     /// A plain note (e.g. predicted vs measured memory after the first epoch).
     Info(String),
+    /// The run returned normally (finished, stopped or capped): its last event.
+    Finished(RunEnd),
     /// The micro-batch was changed to hold the memory budget.
     BatchAdapted {
         /// New micro-batch size.
@@ -97,6 +99,21 @@ pub enum Event {
         /// Why.
         reason: String,
     },
+}
+
+/// How a run that returned normally ended (a summary that crosses process boundaries).
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct RunEnd {
+    /// Stopped early (user stop or step cap) rather than finished.
+    pub stopped: bool,
+    /// Optimizer steps taken in total.
+    pub global_step: usize,
+    /// Epochs fully completed.
+    pub epochs_completed: usize,
+    /// Export folder, when written.
+    pub export_dir: Option<PathBuf>,
+    /// Last validation result.
+    pub val: Option<crate::eval::EvalResult>,
 }
 
 /// Receiver of engine events.

@@ -33,5 +33,6 @@ pub mod run_dir;
 pub mod schedule;
 pub mod train;
 pub mod user_path;
+pub mod worker_process;
 
 pub use error::{Error, Result};

@@ -24,7 +24,7 @@ use crate::dataset::{Dataset, Splits};
 use crate::device::SelectedDevice;
 use crate::error::{Error, Result};
 use crate::eval::{self, EvalResult, batch_tensors};
-use crate::events::{Event, EventSink, LiveBudget, StopSignal};
+use crate::events::{Event, EventSink, LiveBudget, RunEnd, StopSignal};
 use crate::loader::{self, Batch, SamplePipeline};
 use crate::memory::{self, MemoryTracker, human_bytes};
 use crate::model::Classifier;
@@ -430,6 +430,24 @@ pub const EPOCHS_HEADER: &str = "epoch,train_loss,train_accuracy,val_loss,val_ac
 /// device fails at micro-batch 1, [`Error::Io`] for run-folder files. The last checkpoint stays
 /// valid in every case.
 pub fn train(
+    req: &TrainRequest,
+    device: &SelectedDevice,
+    splits: &Splits,
+    sink: EventSink,
+    stop: &StopSignal,
+) -> Result<TrainSummary> {
+    let summary = train_run(req, device, splits, sink, stop)?;
+    sink(Event::Finished(RunEnd {
+        stopped: summary.stopped,
+        global_step: summary.global_step,
+        epochs_completed: summary.epochs_completed,
+        export_dir: summary.export_dir.clone(),
+        val: summary.val.clone(),
+    }));
+    Ok(summary)
+}
+
+fn train_run(
     req: &TrainRequest,
     device: &SelectedDevice,
     splits: &Splits,

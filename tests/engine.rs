@@ -836,6 +836,50 @@ fn step_until(
     harness.step();
 }
 
+/// The app's training worker: this build's vramfit binary, with `VRAMFIT_FAULT` when given.
+fn app_worker(fault: Option<&str>) -> vramfit::gui::WorkerLaunch {
+    vramfit::gui::WorkerLaunch {
+        exe: PathBuf::from(env!("CARGO_BIN_EXE_vramfit")),
+        env: fault.map(|f| ("VRAMFIT_FAULT".into(), f.into())).into_iter().collect(),
+    }
+}
+
+/// The app trains in a worker process: an abort injected into it (as the GPU runtime aborts)
+/// ends the job, not the window; the error names the cause, and Resume continues from the last
+/// checkpoint with every step once.
+#[test]
+fn gui_survives_an_aborted_training_process_and_resume_continues_from_its_checkpoint() {
+    use egui_kittest::kittest::Queryable;
+    use vramfit::gui::{Settings, VramfitApp};
+    let dir = tempfile::tempdir().unwrap();
+    let mut app = VramfitApp::new(Settings::default());
+    app.runs_dir = dir.path().join("runs");
+    app.worker = app_worker(Some("abort@5"));
+    app.settings.adapter = None; // the CPU: quick, and the same worker path as a GPU
+    app.settings.config.train.checkpoint_every_steps = 3;
+    let mut harness = egui_kittest::Harness::builder()
+        .with_size([1280.0, 820.0])
+        .build_ui_state(|ui, app: &mut VramfitApp| app.ui(ui), app);
+    harness.step();
+    harness.get_by_label("Train").click();
+    step_until(&mut harness, "the worker's abort", |a| !a.training() && a.history.last_step > 0);
+    let error = harness.state().error.clone().unwrap_or_default();
+    assert!(error.contains("SIGABRT") && error.contains("after step 4"), "{error}");
+    assert!(error.contains("the run folder is intact") && error.contains("3 steps"), "{error}");
+    assert_eq!(harness.state().status, "failed");
+    // The window lives on: it draws, and Resume continues from the checkpoint at step 3.
+    harness.step();
+    harness.state_mut().worker = app_worker(None);
+    harness.state_mut().max_steps = Some(3);
+    harness.get_by_label("Resume").click();
+    step_until(&mut harness, "the resumed run", |a| !a.training() && a.history.last_step >= 7);
+    let app = harness.state();
+    assert!(app.error.is_none(), "{:?}", app.error);
+    let run = app.last_run.clone().unwrap();
+    assert_eq!(metric_steps(&run), (1..=7).collect::<Vec<_>>(), "every step once in metrics.csv");
+    assert!(run.join("data.txt").exists(), "a run started in the app resumes from the CLI too");
+}
+
 #[test]
 fn gui_tiers_estimate_train_stop_resume_export_and_drop_prediction() {
     use egui_kittest::kittest::Queryable;
@@ -843,6 +887,7 @@ fn gui_tiers_estimate_train_stop_resume_export_and_drop_prediction() {
     let dir = tempfile::tempdir().unwrap();
     let mut app = VramfitApp::new(Settings::default());
     app.runs_dir = dir.path().join("runs");
+    app.worker = app_worker(None);
     app.settings.config.train.memory_sample_every = 1;
     let mut harness = egui_kittest::Harness::builder()
         .with_size([1280.0, 820.0])

@@ -80,6 +80,7 @@ fn select_device(args: &DeviceArgs) -> anyhow::Result<SelectedDevice> {
 /// Runs `work` on a named engine thread, rendering its events here; Ctrl-C stops it cleanly.
 fn run_engine<T: Send + 'static>(
     worker: bool,
+    budget: Option<crate::events::LiveBudget>,
     work: impl FnOnce(&mut dyn FnMut(Event), &StopSignal) -> crate::Result<T> + Send + 'static,
 ) -> anyhow::Result<T> {
     let stop = StopSignal::new();
@@ -92,7 +93,7 @@ fn run_engine<T: Send + 'static>(
         handler_stop.stop();
     });
     if worker {
-        super::worker::stop_on_parent_request(stop.clone());
+        super::worker::obey_parent(stop.clone(), budget);
     }
     let (tx, rx) = std::sync::mpsc::sync_channel::<Event>(1024);
     let engine_stop = stop.clone();
@@ -170,7 +171,8 @@ pub fn train(args: TrainArgs) -> anyhow::Result<ExitCode> {
     if args.overfit_check {
         let d = device.clone();
         let train_ds = splits.train.clone();
-        let result = run_engine(args.worker, move |sink, _| train::overfit_check(&config, &d, &train_ds, 200, sink))?;
+        let result =
+            run_engine(args.worker, None, move |sink, _| train::overfit_check(&config, &d, &train_ds, 200, sink))?;
         println!(
             "overfit check on {}: {} after {} steps, accuracy on the 64 images {:.1}% (needs 98%)",
             device.name,
@@ -184,8 +186,10 @@ pub fn train(args: TrainArgs) -> anyhow::Result<ExitCode> {
     req.resume = args.resume;
     req.auto_fit = args.auto_fit;
     req.max_steps = args.max_steps;
+    let budget = crate::events::LiveBudget::new(req.config.memory.memory_budget_bytes);
+    req.live_budget = Some(budget.clone());
     let d = device.clone();
-    let summary = run_engine(args.worker, move |sink, stop| train::train(&req, &d, &splits, sink, stop))?;
+    let summary = run_engine(args.worker, Some(budget), move |sink, stop| train::train(&req, &d, &splits, sink, stop))?;
     if let Some(val) = &summary.val {
         println!(
             "validation accuracy {} (top-5 {}) on {} images after {} epochs, {} steps, {:.0} s on {}",

@@ -105,6 +105,7 @@ impl Renderer {
                 }
             }
             Event::Info(s) => self.println(s.clone()),
+            Event::Finished(_) => {} // the command prints its own summary
             Event::BatchAdapted { batch_size, grad_accum_steps, reason } => {
                 self.println(format!(
                     "memory: micro-batch now {batch_size} x {grad_accum_steps} accumulation steps ({reason})"

@@ -81,6 +81,7 @@ impl RunHistory {
                 self.skipped_files.push((source.clone(), reason.clone()));
             }
             Event::Info(s) => self.log.push(s.clone()),
+            Event::Finished(_) => {} // the job's end ([`super::worker::JobEnd`]) carries it
             Event::BatchAdapted { batch_size, grad_accum_steps, reason } => {
                 self.log.push(format!("memory: micro-batch {batch_size} x {grad_accum_steps} ({reason})"))
             }

@@ -21,7 +21,8 @@ use crate::preprocess::PreprocessMode;
 pub use frame_time::{FRAME_BUDGET_MS, FrameSummary, FrameTimes};
 pub use history::RunHistory;
 pub use predict::PredictView;
-use worker::{EvalJob, JobEnd, TrainingJob};
+pub use worker::WorkerLaunch;
+use worker::{EvalJob, JobEnd, TrainingJob, TrainingSpec};
 
 /// Settings kept between launches (eframe persistence).
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -93,6 +94,8 @@ pub struct VramfitApp {
     pub max_steps: Option<usize>,
     /// Where runs are written.
     pub runs_dir: PathBuf,
+    /// How training worker processes are started.
+    pub worker: WorkerLaunch,
 }
 
 impl VramfitApp {
@@ -121,6 +124,7 @@ impl VramfitApp {
             bench: None,
             max_steps: None,
             runs_dir: PathBuf::from("runs"),
+            worker: WorkerLaunch::default(),
         };
         app.refresh();
         app
@@ -236,12 +240,16 @@ impl VramfitApp {
         inputs.map_err(|e| self.error = Some(e)).ok()
     }
 
-    /// Starts training (or resumes the last run).
+    /// Starts training (or resumes the last run) in a worker process.
     pub fn start_training(&mut self, ctx: &egui::Context, resume: bool) {
         if self.job.is_some() {
             return;
         }
-        let Some((splits, device)) = self.job_inputs("pick another dataset folder") else { return };
+        // The data is checked here so a bad folder is named at once; the worker opens it again.
+        if let Err(e) = &self.data {
+            self.error = Some(format!("{e} (pick another dataset folder)"));
+            return;
+        }
         let (out, config) = if resume {
             let Some(run) = self.last_run.clone() else {
                 self.error = Some("nothing to resume: train first".into());
@@ -262,23 +270,23 @@ impl VramfitApp {
             let name = crate::cli::default_run_dir();
             (self.runs_dir.join(name.file_name().unwrap_or_default()), self.settings.config.clone())
         };
-        let ctx = ctx.clone();
-        match TrainingJob::start(
+        let spec = TrainingSpec {
             config,
-            splits,
-            device,
-            out.clone(),
+            data_dir: self.settings.data_dir.clone(),
+            device: self.device_choice(),
+            out_dir: out.clone(),
             resume,
-            self.max_steps.map(|m| m + self.history.last_step * usize::from(resume)),
-            move || ctx.request_repaint(),
-        ) {
+            max_steps: self.max_steps.map(|m| m + self.history.last_step * usize::from(resume)),
+        };
+        let ctx = ctx.clone();
+        match TrainingJob::start(&spec, &self.worker, move || ctx.request_repaint()) {
             Ok(job) => {
                 self.job = Some(job);
                 self.last_run = Some(out);
                 self.error = None;
                 self.status = if resume { "resuming".into() } else { "training".into() };
             }
-            Err(e) => self.error = Some(format!("cannot start the engine thread: {e}")),
+            Err(e) => self.error = Some(format!("cannot start the training process: {e}")),
         }
     }
 
@@ -310,7 +318,7 @@ impl VramfitApp {
 
     /// Asks the running job to stop (it saves a checkpoint).
     pub fn stop_training(&mut self) {
-        if let Some(job) = &self.job {
+        if let Some(job) = &mut self.job {
             job.stop();
             self.status = "stopping after this step".into();
         }
@@ -547,7 +555,7 @@ impl VramfitApp {
         if ui.add(egui::Slider::new(&mut gib, 0.25..=24.0).step_by(0.25).text("budget (GiB)")).changed() {
             self.settings.config.memory.memory_budget_bytes = (gib * (1u64 << 30) as f64) as u64;
             self.settings.preset = "custom".into();
-            if let Some(job) = &self.job {
+            if let Some(job) = &mut self.job {
                 job.set_budget(self.settings.config.memory.memory_budget_bytes);
             }
         }

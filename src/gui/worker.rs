@@ -1,102 +1,160 @@
-//! The engine threads behind the app: one named thread per job (training, or an on-demand
-//! evaluation) that owns the device work, events back over a channel, and a repaint request after
-//! each so the UI wakes up. A panic in the engine (a driver error surfacing through wgpu's
-//! handler) ends the job with a message; the app stays up.
+//! The jobs behind the app. Training runs in a worker process (`vramfit train --worker`, see
+//! [`crate::worker_process`]), so a crash in the GPU driver or runtime ends the job, not the
+//! window; the run folder keeps its last checkpoint and Resume continues from it. An on-demand
+//! evaluation runs on a named thread. Each job requests a repaint when it has news.
 
-use std::path::PathBuf;
-use std::sync::mpsc::{Receiver, TryRecvError, sync_channel};
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::sync::mpsc::Receiver;
 use std::thread::JoinHandle;
 
 use crate::config::Config;
-use crate::dataset::{Dataset, Splits};
-use crate::device::SelectedDevice;
+use crate::dataset::Dataset;
+use crate::device::{CpuBackend, DeviceChoice, SelectedDevice};
 use crate::eval::EvalResult;
-use crate::events::{Event, LiveBudget, StopSignal};
-use crate::train::{TrainRequest, TrainSummary};
+use crate::events::{Event, RunEnd};
+use crate::worker_process::{End, Output, WorkerProcess};
+
+/// How the app starts its training worker: the vramfit executable (this one, by default) and
+/// variables added to its environment (the tests inject faults with `VRAMFIT_FAULT`).
+#[derive(Clone, Debug)]
+pub struct WorkerLaunch {
+    /// The vramfit binary.
+    pub exe: PathBuf,
+    /// Added to the worker's environment.
+    pub env: Vec<(OsString, OsString)>,
+}
+
+impl Default for WorkerLaunch {
+    fn default() -> Self {
+        Self { exe: std::env::current_exe().unwrap_or_else(|_| PathBuf::from("vramfit")), env: Vec::new() }
+    }
+}
+
+/// What a training job needs to start.
+#[derive(Clone, Debug)]
+pub struct TrainingSpec {
+    /// The config of a new run (a resumed run uses its own `config.toml`).
+    pub config: Config,
+    /// The dataset folder (`None`: the bundled data; on resume, the run's `data.txt`).
+    pub data_dir: Option<PathBuf>,
+    /// The device.
+    pub device: DeviceChoice,
+    /// The run folder.
+    pub out_dir: PathBuf,
+    /// Continue the run in `out_dir`.
+    pub resume: bool,
+    /// Stop after this global step.
+    pub max_steps: Option<usize>,
+}
+
+impl TrainingSpec {
+    /// The worker's command line; `config_file` holds `config` for a new run.
+    fn args(&self, config_file: &Path) -> Vec<OsString> {
+        let mut args: Vec<OsString> =
+            vec!["train".into(), "--worker".into(), "--out".into(), self.out_dir.clone().into()];
+        if self.resume {
+            args.push("--resume".into());
+        } else {
+            args.extend(["--config".into(), config_file.into()]);
+        }
+        if let Some(dir) = &self.data_dir {
+            args.extend(["--data".into(), dir.clone().into()]);
+        }
+        match self.device {
+            DeviceChoice::Gpu(adapter) => {
+                args.extend(["--device".into(), "gpu".into()]);
+                if let Some(i) = adapter {
+                    args.extend(["--adapter".into(), i.to_string().into()]);
+                }
+            }
+            DeviceChoice::Cpu(backend) => {
+                let name = if backend == CpuBackend::Ndarray { "ndarray" } else { "flex" };
+                args.extend(["--device".into(), "cpu".into(), "--cpu-backend".into(), name.into()]);
+            }
+        }
+        if let Some(m) = self.max_steps {
+            args.extend(["--max-steps".into(), m.to_string().into()]);
+        }
+        args
+    }
+}
 
 /// A training job in flight.
 pub struct TrainingJob {
-    events: Receiver<Event>,
-    stop: StopSignal,
-    budget: LiveBudget,
-    handle: Option<JoinHandle<crate::Result<TrainSummary>>>,
+    process: WorkerProcess,
+    output: Receiver<Output>,
+    config_file: tempfile::TempPath,
+    finished: Option<RunEnd>,
 }
 
 /// How a job ended.
 pub enum JobEnd {
-    /// Finished or stopped with a summary.
-    Done(TrainSummary),
-    /// An engine error, or a panic turned into one.
+    /// Finished or stopped with a checkpoint.
+    Done(RunEnd),
+    /// An error the worker explained, or its crash report.
     Failed(String),
 }
 
 impl TrainingJob {
-    /// Starts training on its own thread. `repaint` is called after every event.
+    /// Starts the worker process. `repaint` is called whenever it reports something.
+    ///
+    /// # Errors
+    /// When the config cannot be written or the process cannot be started.
     pub fn start(
-        config: Config,
-        splits: Splits,
-        device: SelectedDevice,
-        out_dir: PathBuf,
-        resume: bool,
-        max_steps: Option<usize>,
-        repaint: impl Fn() + Send + 'static,
+        spec: &TrainingSpec,
+        launch: &WorkerLaunch,
+        repaint: impl Fn() + Send + Sync + 'static,
     ) -> std::io::Result<Self> {
-        let (tx, rx) = sync_channel::<Event>(4096);
-        let stop = StopSignal::new();
-        let engine_stop = stop.clone();
-        let budget = LiveBudget::new(config.memory.memory_budget_bytes);
-        let engine_budget = budget.clone();
-        let dir = out_dir;
-        let handle = std::thread::Builder::new().name("vramfit-engine".into()).spawn(move || {
-            let mut req = TrainRequest::new(config, dir);
-            req.resume = resume;
-            req.max_steps = max_steps;
-            req.live_budget = Some(engine_budget);
-            let mut sink = |e: Event| {
-                let _ = tx.try_send(e);
-                repaint();
-            };
-            let result = crate::train::train(&req, &device, &splits, &mut sink, &engine_stop);
-            repaint();
-            result
-        })?;
-        Ok(Self { events: rx, stop, budget, handle: Some(handle) })
+        let mut file = tempfile::Builder::new().prefix("vramfit-app-").suffix(".toml").tempfile()?;
+        std::io::Write::write_all(&mut file, spec.config.to_toml().as_bytes())?;
+        let config_file = file.into_temp_path();
+        let (tx, output) = crate::worker_process::output_channel();
+        let gpu = matches!(spec.device, DeviceChoice::Gpu(_));
+        let process =
+            WorkerProcess::spawn(&launch.exe, &spec.args(&config_file), &launch.env, &spec.out_dir, gpu, tx, repaint)?;
+        Ok(Self { process, output, config_file, finished: None })
     }
 
     /// Moves the memory budget of the running job (bytes); it acts at its next memory sample.
-    pub fn set_budget(&self, bytes: u64) {
-        self.budget.set(bytes);
+    pub fn set_budget(&mut self, bytes: u64) {
+        self.process.set_budget(bytes);
     }
 
-    /// Asks the engine to stop after the current step (it saves a checkpoint).
-    pub fn stop(&self) {
-        self.stop.stop();
+    /// Asks the worker to stop after the current step (it saves a checkpoint).
+    pub fn stop(&mut self) {
+        self.process.stop();
     }
 
-    /// Events received since the last call (never blocks).
-    pub fn drain(&self) -> Vec<Event> {
+    /// Events received since the last call (never blocks); the worker's own output lines come
+    /// as [`Event::Info`].
+    pub fn drain(&mut self) -> Vec<Event> {
         let mut out = Vec::new();
-        loop {
-            match self.events.try_recv() {
-                Ok(e) => out.push(e),
-                Err(TryRecvError::Empty | TryRecvError::Disconnected) => return out,
+        while let Ok(item) = self.output.try_recv() {
+            match item {
+                Output::Event(Event::Finished(end)) => self.finished = Some(end),
+                Output::Event(e) => out.push(e),
+                Output::Stdout(line) | Output::Stderr(line) if !line.trim().is_empty() => out.push(Event::Info(line)),
+                Output::Stdout(_) | Output::Stderr(_) => {}
             }
         }
+        out
     }
 
-    /// The result once the thread has ended (never blocks).
+    /// How the job ended, once the worker has exited and its output is read (never blocks).
     pub fn try_finish(&mut self) -> Option<JobEnd> {
-        if !self.handle.as_ref().is_some_and(JoinHandle::is_finished) {
-            return None;
-        }
-        let handle = self.handle.take()?;
-        Some(match handle.join() {
-            Ok(Ok(summary)) => JobEnd::Done(summary),
-            Ok(Err(e)) => JobEnd::Failed(e.to_string()),
-            Err(panic) => {
-                let msg = crate::events::panic_message(panic.as_ref());
-                JobEnd::Failed(format!("the engine crashed ({msg}); the last checkpoint is intact, press Resume"))
+        let end = self.process.try_end()?;
+        let _ = &self.config_file; // removed when the job is dropped
+        Some(match end {
+            End::Done => match self.finished.take() {
+                Some(run) => JobEnd::Done(run),
+                None => JobEnd::Failed("the training process ended without a summary; see the log".into()),
+            },
+            End::Explained { code: 130, .. } => JobEnd::Failed("the training process was interrupted".into()),
+            End::Explained { message, .. } => {
+                JobEnd::Failed(message.unwrap_or_else(|| "the training process failed; see the log".into()))
             }
+            End::Crashed(report) => JobEnd::Failed(format!("{report}\n(the app: press Resume)")),
         })
     }
 }

@@ -1,0 +1,261 @@
+//! The training worker process, parent side: training runs in a child process (`vramfit train
+//! --worker`), so a crash below the engine (a segfault in the GPU driver, an abort in the GPU
+//! runtime, the kernel's out-of-memory killer, `kill -9`) ends only the child. The CLI and the app
+//! are both parents; the run folder keeps its last checkpoint and the parent says what happened
+//! and how to resume.
+//!
+//! Protocol, child to parent:
+//! - stdout: each engine event as one line, [`EVENT_PREFIX`] then the event as JSON
+//!   ([`crate::events::Event`]); every other line is the child's own output.
+//! - stderr: the child's messages; the last [`STDERR_TAIL`] lines are kept for the report.
+//! - exit: 0 done, 1 or 2 an error the child has already explained (its `error:` line), 130 a
+//!   second Ctrl-C; anything else (a signal, a panic's 101) is a crash.
+//!
+//! Parent to child, on the child's stdin: `stop` (stop after this step, with a checkpoint),
+//! `budget BYTES` (move the live memory budget). Its end (the parent died) stops the run too: a
+//! worker never trains on alone.
+
+use std::collections::VecDeque;
+use std::ffi::OsString;
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
+use std::sync::mpsc::{Receiver, Sender, channel};
+use std::sync::{Arc, Mutex, PoisonError};
+
+use crate::events::Event;
+
+/// Marks an event line on the child's stdout.
+pub const EVENT_PREFIX: &str = "\u{1e}vramfit-event ";
+/// Lines of the child's stderr kept for the crash report.
+pub const STDERR_TAIL: usize = 12;
+
+/// Child side: one event as its stdout line (without the newline).
+pub fn event_line(event: &Event) -> String {
+    let json = serde_json::to_string(event).unwrap_or_else(|e| {
+        serde_json::to_string(&Event::Warning(format!("an event could not be encoded: {e}"))).unwrap_or_default()
+    });
+    format!("{EVENT_PREFIX}{json}")
+}
+
+/// What the child said, in order of arrival per stream.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Output {
+    /// An engine event.
+    Event(Event),
+    /// A line of the child's stdout that is not an event.
+    Stdout(String),
+    /// A line of the child's stderr.
+    Stderr(String),
+}
+
+/// How the child ended.
+#[derive(Clone, Debug, PartialEq)]
+pub enum End {
+    /// Exit status 0: finished, stopped or capped, with a checkpoint.
+    Done,
+    /// Exit status 1, 2 or 130: an error the child explained (its last `error:` line, if any).
+    Explained {
+        /// The exit status.
+        code: i32,
+        /// The child's last `error:` line, without the prefix.
+        message: Option<String>,
+    },
+    /// Killed by a signal or a panic: the report says the cause, where, its last messages and
+    /// the command that resumes the run.
+    Crashed(String),
+}
+
+/// A training worker process in flight.
+pub struct WorkerProcess {
+    child: Child,
+    stdin: Option<ChildStdin>,
+    tail: Arc<Mutex<VecDeque<String>>>,
+    last_step: Arc<Mutex<Option<usize>>>,
+    readers: Vec<std::thread::JoinHandle<()>>,
+    out_dir: PathBuf,
+    gpu: bool,
+}
+
+impl WorkerProcess {
+    /// Starts `exe` (the vramfit binary) with `args` (a `train ... --worker` command line) and
+    /// `env` added to the environment. Everything the child says is sent to `output` as it
+    /// arrives; `notify` is called after each line (the app repaints). `out_dir` and `gpu` only
+    /// shape the crash report.
+    ///
+    /// # Errors
+    /// When the process cannot be started.
+    pub fn spawn(
+        exe: &Path,
+        args: &[OsString],
+        env: &[(OsString, OsString)],
+        out_dir: &Path,
+        gpu: bool,
+        output: Sender<Output>,
+        notify: impl Fn() + Send + Sync + 'static,
+    ) -> std::io::Result<Self> {
+        let mut child = Command::new(exe)
+            .args(args)
+            .envs(env.iter().map(|(k, v)| (k, v)))
+            .stdin(Stdio::piped()) // kept open while the parent lives: its end tells the child to stop
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()?;
+        let notify = Arc::new(notify);
+        let tail = Arc::new(Mutex::new(VecDeque::with_capacity(STDERR_TAIL)));
+        let last_step = Arc::new(Mutex::new(None));
+        let mut readers = Vec::new();
+        if let Some(err) = child.stderr.take() {
+            let (tail, output, notify) = (tail.clone(), output.clone(), notify.clone());
+            readers.push(std::thread::Builder::new().name("vramfit-worker-stderr".into()).spawn(move || {
+                for line in BufReader::new(err).lines().map_while(Result::ok) {
+                    {
+                        let mut t = tail.lock().unwrap_or_else(PoisonError::into_inner);
+                        if t.len() == STDERR_TAIL {
+                            t.pop_front();
+                        }
+                        t.push_back(line.clone());
+                    }
+                    let _ = output.send(Output::Stderr(line));
+                    notify();
+                }
+            })?);
+        }
+        if let Some(out) = child.stdout.take() {
+            let last_step = last_step.clone();
+            readers.push(std::thread::Builder::new().name("vramfit-worker-stdout".into()).spawn(move || {
+                for line in BufReader::new(out).lines().map_while(Result::ok) {
+                    let item = match line.strip_prefix(EVENT_PREFIX).map(serde_json::from_str::<Event>) {
+                        Some(Ok(event)) => {
+                            if let Event::Step { step, .. } = &event {
+                                *last_step.lock().unwrap_or_else(PoisonError::into_inner) = Some(*step);
+                            }
+                            Output::Event(event)
+                        }
+                        Some(Err(e)) => {
+                            Output::Stderr(format!("warning: unreadable event from the training process: {e}"))
+                        }
+                        None => Output::Stdout(line),
+                    };
+                    let _ = output.send(item);
+                    notify();
+                }
+                notify(); // the end of the output: the parent can collect the exit
+            })?);
+        }
+        let stdin = child.stdin.take();
+        Ok(Self { child, stdin, tail, last_step, readers, out_dir: out_dir.to_path_buf(), gpu })
+    }
+
+    /// Asks the child to stop after its current step (it saves a checkpoint).
+    pub fn stop(&mut self) {
+        self.send("stop");
+    }
+
+    /// Moves the child's memory budget (bytes); it acts at its next memory sample.
+    pub fn set_budget(&mut self, bytes: u64) {
+        self.send(&format!("budget {bytes}"));
+    }
+
+    fn send(&mut self, line: &str) {
+        if let Some(stdin) = self.stdin.as_mut() {
+            let _ = writeln!(stdin, "{line}").and_then(|()| stdin.flush());
+        }
+    }
+
+    /// How the child ended, once it has and all its output has been sent (never blocks).
+    pub fn try_end(&mut self) -> Option<End> {
+        if !self.readers.iter().all(std::thread::JoinHandle::is_finished) {
+            return None;
+        }
+        let status = self.child.try_wait().ok().flatten()?;
+        Some(self.end(status))
+    }
+
+    /// Waits for the child to end.
+    ///
+    /// # Errors
+    /// When the child cannot be waited for.
+    pub fn wait(&mut self) -> std::io::Result<End> {
+        let status = self.child.wait()?;
+        for reader in self.readers.drain(..) {
+            let _ = reader.join();
+        }
+        Ok(self.end(status))
+    }
+
+    fn end(&self, status: ExitStatus) -> End {
+        let tail: Vec<String> = self.tail.lock().unwrap_or_else(PoisonError::into_inner).iter().cloned().collect();
+        match status.code() {
+            Some(0) => End::Done,
+            Some(code @ (1 | 2 | 130)) => End::Explained {
+                code,
+                message: tail.iter().rev().find_map(|l| l.strip_prefix("error: ")).map(str::to_string),
+            },
+            _ => {
+                let last_step = *self.last_step.lock().unwrap_or_else(PoisonError::into_inner);
+                End::Crashed(crash_report(&status, last_step, &tail, &self.out_dir, self.gpu))
+            }
+        }
+    }
+}
+
+impl Drop for WorkerProcess {
+    /// Closing stdin stops the child after its step; it is waited for so no zombie remains.
+    fn drop(&mut self) {
+        self.stdin = None;
+        let _ = self.child.wait();
+    }
+}
+
+/// The report for a child that died: the cause, where, its last messages, what the run folder
+/// holds and the command that resumes it (at half the micro-batch when the death looks like
+/// running out of memory).
+pub fn crash_report(status: &ExitStatus, last_step: Option<usize>, tail: &[String], out: &Path, gpu: bool) -> String {
+    let signal = signal_of(status);
+    let cause = match (signal, status.code()) {
+        (Some(6), _) => "SIGABRT: aborted, e.g. by the GPU runtime".to_string(),
+        (Some(9), _) => "SIGKILL: killed, by the system's out-of-memory killer or kill -9".to_string(),
+        (Some(11), _) => "SIGSEGV: a segmentation fault, typically in the GPU driver".to_string(),
+        (Some(s), _) => format!("signal {s}"),
+        (None, Some(101)) => "a panic (exit status 101)".to_string(),
+        (None, Some(c)) => format!("exit status {c}"),
+        (None, None) => "an unknown cause".to_string(),
+    };
+    let text = tail.join("\n").to_lowercase();
+    let out_of_memory = signal == Some(9)
+        || ["out of memory", "outofmemory", "oom", "cannot allocate"].iter().any(|k| text.contains(k));
+    let mut report = format!(
+        "the training process died ({cause}) {}",
+        last_step.map_or("before its first step".to_string(), |s| format!("after step {s}"))
+    );
+    if !tail.is_empty() {
+        report += &format!("; its last messages:\n  {}", tail.join("\n  "));
+    }
+    let held = crate::checkpoint::describe_run(out).unwrap_or_else(|| "no checkpoint yet".into());
+    let mut resume = format!("vramfit train --resume --out {}", out.display());
+    if !gpu {
+        resume += " --device cpu";
+    }
+    if out_of_memory {
+        let batch = crate::run_dir::load_config(out).map_or(2, |(c, _)| c.train.batch_size);
+        resume += &format!(" --batch-size {}", (batch / 2).max(1));
+        report += "\nthis looks like running out of memory (device or machine): resume at half the micro-batch";
+    }
+    report + &format!("\nthe run folder is intact ({held}); continue with: {resume}")
+}
+
+#[cfg(unix)]
+fn signal_of(status: &ExitStatus) -> Option<i32> {
+    std::os::unix::process::ExitStatusExt::signal(status)
+}
+
+#[cfg(not(unix))]
+fn signal_of(_status: &ExitStatus) -> Option<i32> {
+    None
+}
+
+/// A receiver for [`WorkerProcess::spawn`]'s output and its sender.
+pub fn output_channel() -> (Sender<Output>, Receiver<Output>) {
+    channel()
+}
