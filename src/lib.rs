@@ -29,6 +29,7 @@ pub mod model;
 pub mod onnx;
 pub mod precision;
 pub mod preprocess;
+pub mod presets;
 pub mod run_dir;
 pub mod schedule;
 pub mod train;

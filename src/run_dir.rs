@@ -41,6 +41,41 @@ pub const MANIFEST: &str = "run.json";
 /// the same layout.
 pub const FORMAT_VERSION: u32 = 1;
 
+/// `runs/<UTC date-time>` for a new run.
+pub fn default_run_dir() -> std::path::PathBuf {
+    let secs = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs()) as i64;
+    let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
+    // Civil-from-days (H. Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    std::path::PathBuf::from("runs").join(format!(
+        "{y:04}-{m:02}-{d:02}_{:02}-{:02}-{:02}",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    ))
+}
+
+/// A new run folder in `parent`, named by the UTC date and time ([`default_run_dir`]), with
+/// `-2`, `-3`, ... appended when a folder of that name exists (two runs in one second).
+pub fn new_run_dir(parent: &Path) -> std::path::PathBuf {
+    let name = default_run_dir().file_name().map(std::ffi::OsStr::to_os_string).unwrap_or_default();
+    let mut path = parent.join(&name);
+    let mut n = 2;
+    while path.exists() {
+        path = parent.join(format!("{}-{n}", name.to_string_lossy()));
+        n += 1;
+    }
+    path
+}
+
 /// What `run.json` holds.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Manifest {
@@ -168,6 +203,22 @@ fn overlay(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn new_run_dirs_are_dated_and_never_collide() {
+        let dir = tempfile::tempdir().unwrap();
+        let first = new_run_dir(dir.path());
+        let name = first.file_name().unwrap().to_string_lossy().to_string();
+        // 2026-11-30_15-42-07: date, underscore, time.
+        assert_eq!(name.len(), 19, "{name}");
+        assert_eq!((&name[4..5], &name[10..11], &name[13..14]), ("-", "_", "-"), "{name}");
+        std::fs::create_dir_all(&first).unwrap();
+        let second = new_run_dir(dir.path());
+        assert_ne!(first, second);
+        if second.file_name().unwrap().to_string_lossy().starts_with(&name) {
+            assert!(second.to_string_lossy().ends_with("-2"), "{}", second.display());
+        }
+    }
 
     #[test]
     fn a_config_from_another_version_loads_with_defaults_and_notes() {

@@ -1008,3 +1008,22 @@ pub fn synthetic_batch(config: &Config, num_classes: usize) -> Batch {
         flat: vec![],
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use burn::tensor::{Int, Tensor, TensorData};
+
+    #[test]
+    fn smoothed_cross_entropy_matches_a_hand_computed_value() {
+        let device = burn::tensor::Device::flex();
+        // Row 1: p = [1/4, 3/4], label 1. Row 2: p = [1/2, 1/2], label 0. eps = 0.1.
+        let logits = Tensor::<2>::from_data(TensorData::new(vec![0.0f32, 3f32.ln(), 0.0, 0.0], [2, 2]), &device);
+        let labels = Tensor::<1, Int>::from_data(TensorData::new(vec![1i64, 0], [2]), &device);
+        let loss: f32 = super::smoothed_cross_entropy(logits, labels, 0.1).into_scalar();
+        // Row 1: 0.9 * -ln(3/4) + 0.1 * (ln 4 - ln(3/4)) / 2; row 2: ln 2 either way.
+        let row1 = 0.9 * -(0.75f64.ln()) + 0.1 * (4f64.ln() - 0.75f64.ln()) / 2.0;
+        let want = (row1 + 2f64.ln()) / 2.0;
+        assert!((f64::from(loss) - want).abs() < 1e-6, "{loss} vs {want}");
+        assert!((want - 0.517_880).abs() < 1e-5);
+    }
+}

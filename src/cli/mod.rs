@@ -5,7 +5,6 @@ mod commands;
 mod render;
 mod worker;
 
-use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
@@ -13,15 +12,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use crate::config::Config;
 use crate::device::{CpuBackend, DeviceChoice};
 
-/// Presets shipped in `configs/`, embedded so the binary works from any folder.
-pub const PRESETS: [(&str, &str); 6] = [
-    ("quickstart", include_str!("../../configs/quickstart.toml")),
-    ("fashion-mnist", include_str!("../../configs/fashion-mnist.toml")),
-    ("4gb", include_str!("../../configs/4gb.toml")),
-    ("6gb", include_str!("../../configs/6gb.toml")),
-    ("8gb", include_str!("../../configs/8gb.toml")),
-    ("12gb", include_str!("../../configs/12gb.toml")),
-];
+pub use crate::presets::{PRESETS, load_config};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -143,27 +134,6 @@ impl ConfigArgs {
     }
 }
 
-/// Loads a preset by name or a config file by path.
-///
-/// # Errors
-/// [`crate::Error::Config`] when neither exists or the file is invalid.
-pub fn load_config(name_or_path: &str) -> crate::Result<Config> {
-    if let Some((name, text)) = PRESETS.iter().find(|(n, _)| *n == name_or_path) {
-        return Config::from_toml(text, &format!("preset {name}"));
-    }
-    let path = &crate::user_path::normalize(Path::new(name_or_path));
-    if !path.exists() {
-        return Err(crate::Error::Config {
-            source_name: name_or_path.into(),
-            message: format!(
-                "no such file or preset; presets: {}",
-                PRESETS.iter().map(|(n, _)| *n).collect::<Vec<_>>().join(", ")
-            ),
-        });
-    }
-    Config::load(path)
-}
-
 /// `6GiB`, `512MiB`, `8GB`, `1000000` -> bytes.
 pub fn parse_bytes(s: &str) -> Option<u64> {
     let s = s.trim();
@@ -230,22 +200,7 @@ impl DeviceArgs {
     }
 }
 
-/// `runs/<UTC date-time>` for a new run.
-pub fn default_run_dir() -> PathBuf {
-    let secs = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs()) as i64;
-    let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
-    // Civil-from-days (H. Hinnant's algorithm).
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    PathBuf::from("runs").join(format!("{y:04}-{m:02}-{d:02}_{:02}-{:02}-{:02}", rem / 3600, rem % 3600 / 60, rem % 60))
-}
+pub use crate::run_dir::default_run_dir;
 
 /// Entry point of the `vramfit` binary.
 pub fn main() -> ExitCode {
@@ -307,13 +262,6 @@ fn install_panic_hook() {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn every_preset_parses_and_validates() {
-        for (name, _) in PRESETS {
-            load_config(name).unwrap_or_else(|e| panic!("{name}: {e}"));
-        }
-    }
 
     #[test]
     fn byte_sizes() {

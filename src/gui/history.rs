@@ -113,3 +113,43 @@ impl RunHistory {
         s
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn step(step: usize, loss: f32) -> Event {
+        Event::Step { step, epoch: 0, loss, accuracy: 0.5, lr: 1e-3, images_per_sec: 100.0 }
+    }
+
+    #[test]
+    fn steps_memory_and_epochs_become_plot_points_and_log_lines() {
+        let mut h = RunHistory::default();
+        h.push(&step(1, 2.0));
+        h.push(&step(2, 1.0));
+        h.push(&Event::Memory { step: 2, bytes_in_use: 3 << 20, bytes_reserved: 4 << 20, peak_bytes_in_use: 3 << 20 });
+        let end = |val: f32| Event::EpochEnd {
+            epoch: 0,
+            train_loss: 1.5,
+            train_accuracy: 0.5,
+            val_loss: val,
+            val_accuracy: val,
+            secs: 1.0,
+            skipped: 0,
+        };
+        h.push(&end(f32::NAN));
+        assert_eq!(h.loss, vec![[1.0, 2.0], [2.0, 1.0]]);
+        assert_eq!(
+            (h.last_step, h.in_use_mib.clone(), h.reserved_mib.clone()),
+            (2, vec![[2.0, 3.0]], vec![[2.0, 4.0]])
+        );
+        assert!(h.val_accuracy.is_empty(), "an epoch without validation images plots nothing");
+        assert!(h.log.last().unwrap().contains("val loss n/a acc n/a"), "{:?}", h.log);
+        h.push(&end(0.25));
+        assert_eq!(h.val_accuracy, vec![[2.0, 0.25]]);
+        // Exponential moving average, weight 0.9: 2.0, then 0.9 * 2.0 + 0.1 * 1.0.
+        let smoothed = h.smoothed_loss();
+        assert_eq!(smoothed[0], [1.0, 2.0]);
+        assert!((smoothed[1][1] - 1.9).abs() < 1e-9, "{smoothed:?}");
+    }
+}

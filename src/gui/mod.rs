@@ -42,7 +42,7 @@ pub struct Settings {
 
 impl Default for Settings {
     fn default() -> Self {
-        let config = crate::cli::load_config("quickstart").unwrap_or_default();
+        let config = crate::presets::load_config("quickstart").unwrap_or_default();
         Self { preset: "quickstart".into(), config, data_dir: None, adapter: Some(0), cpu_backend: CpuBackend::DEFAULT }
     }
 }
@@ -164,7 +164,7 @@ impl VramfitApp {
 
     /// Applies a preset to the sliders.
     pub fn select_preset(&mut self, name: &str) {
-        match crate::cli::load_config(name) {
+        match crate::presets::load_config(name) {
             Ok(c) => {
                 self.settings.config = c;
                 self.settings.preset = name.into();
@@ -267,8 +267,7 @@ impl VramfitApp {
             }
         } else {
             self.history = RunHistory::default();
-            let name = crate::cli::default_run_dir();
-            (self.runs_dir.join(name.file_name().unwrap_or_default()), self.settings.config.clone())
+            (crate::run_dir::new_run_dir(&self.runs_dir), self.settings.config.clone())
         };
         let spec = TrainingSpec {
             config,
@@ -518,7 +517,7 @@ impl VramfitApp {
                 egui::ComboBox::from_id_salt("preset")
                     .selected_text(self.settings.preset.clone())
                     .show_ui(ui, |ui| {
-                        for (name, _) in crate::cli::PRESETS {
+                        for (name, _) in crate::presets::PRESETS {
                             if ui.selectable_label(self.settings.preset == name, name).clicked() {
                                 chosen = Some(name);
                             }
