@@ -1,0 +1,193 @@
+//! Image loading: the real-world image cases (C01-C09, C15, C29).
+
+use super::*;
+
+#[test]
+fn c01_exif_orientation_is_applied() {
+    let red = [255, 0, 0];
+    let control = load("C01", "control_no_exif.jpg").unwrap();
+    assert_eq!(control.dimensions(), (64, 32));
+    assert!(close(control.get_pixel(8, 8).0, red, 8));
+    let o6 = load("C01", "exif_orientation6.jpg").unwrap();
+    assert_eq!(o6.dimensions(), (32, 64));
+    assert!(close(o6.get_pixel(24, 8).0, red, 8), "{:?}", o6.get_pixel(24, 8));
+    assert!(close(o6.get_pixel(8, 8).0, [255, 255, 255], 8));
+    let o8 = load("C01", "exif_orientation8.jpg").unwrap();
+    assert_eq!(o8.dimensions(), (32, 64));
+    assert!(close(o8.get_pixel(8, 56).0, red, 8), "{:?}", o8.get_pixel(8, 56));
+    assert!(close(o8.get_pixel(8, 8).0, [255, 255, 255], 8));
+}
+
+#[test]
+fn c04_gray_alpha_becomes_three_channels_over_white() {
+    let img = load("C04", "gray_alpha_LA.png").unwrap();
+    assert_eq!(img.dimensions(), (16, 16));
+    assert_eq!(img.get_pixel(2, 8).0, [200, 200, 200]);
+    assert_eq!(img.get_pixel(13, 8).0, [255, 255, 255]);
+}
+
+#[test]
+fn c05_palette_transparency_is_composited() {
+    let img = load("C05", "palette_trns.png").unwrap();
+    let (w, h) = img.dimensions();
+    assert_eq!(img.get_pixel(1, h / 2).0, [255, 255, 255], "hidden green must not show");
+    assert_eq!(img.get_pixel(w - 2, h / 2).0, [255, 0, 0]);
+    let semi = load("C05", "palette_trns_semi.png").unwrap();
+    assert!(close(semi.get_pixel(1, h / 2).0, [128, 255, 128], 3), "{:?}", semi.get_pixel(1, h / 2));
+}
+
+#[test]
+fn c06_rgba_prediction_input_is_white_not_blue() {
+    for (file, side) in [("rgba_hidden_blue.png", 16u32), ("rgba_hidden_blue_224.png", 224)] {
+        let img = load("C06", file).unwrap();
+        assert_eq!(img.get_pixel(side - 2, side / 2).0, [255, 255, 255]);
+        assert_eq!(img.get_pixel(1, side / 2).0, [255, 0, 0]);
+        // The model input: [1, 3, H, W] through the prediction pipeline.
+        let mut config = Config::default();
+        config.data.preprocess = PreprocessConfig { mode: PreprocessMode::ResizeAndCrop, load_size: 32, crop_size: 32 };
+        let loaded = vramfit::export::LoadedModel {
+            model: vramfit::model::Classifier::new(&config.model, 3, &burn::tensor::Device::flex()),
+            metadata: vramfit::export::ModelMetadata::new(
+                &config,
+                &["a".into(), "b".into(), "c".into()],
+                0,
+                Default::default(),
+            ),
+            weights_path: PathBuf::new(),
+        };
+        let predictor = vramfit::infer::Predictor::new(loaded, burn::tensor::Device::flex());
+        let input = predictor.input(&img).unwrap();
+        assert_eq!(input.dims(), [1, 3, 32, 32]);
+        let top = predictor.predict_image(&img, 5).unwrap();
+        assert_eq!(top.len(), 3);
+        assert!((top.iter().map(|c| c.probability).sum::<f32>() - 1.0).abs() < 1e-4);
+    }
+}
+
+#[test]
+fn c07_truncated_and_corrupt_files() {
+    let ok = load("C07", "ok_baseline.jpg").unwrap();
+    assert_eq!(ok.dimensions(), (64, 64));
+    assert_eq!(load("C07", "ok_progressive.jpg").unwrap().dimensions(), (64, 64));
+    let no_eoi = load("C07", "truncated_no_EOI.jpg").unwrap();
+    assert_eq!(no_eoi.as_raw(), ok.as_raw(), "missing end marker only: same pixels as the baseline");
+    for bad in ["truncated_half.png", "truncated_60pct.jpg", "truncated_progressive_50pct.jpg"] {
+        let err = load("C07", bad).err().unwrap_or_else(|| panic!("{bad} decoded without an error")).to_string();
+        assert!(err.contains(bad), "{err}");
+    }
+    // Bit flips: Ok or a per-file error, never a panic.
+    if let Err(e) = load("C07", "corrupt_bitflip.jpg") {
+        assert!(e.to_string().contains("corrupt_bitflip.jpg"));
+    }
+}
+
+#[test]
+fn c08_format_from_content_not_extension() {
+    for f in ["png_content.jpg", "jpeg_content.png", "webp_content.jpg"] {
+        let img = load("C08", f).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(img.dimensions(), (24, 16), "{f}");
+        assert!(close(img.get_pixel(12, 8).0, [10, 200, 30], 3), "{f}: {:?}", img.get_pixel(12, 8));
+    }
+    let reason = |f: &str| load("C08", f).unwrap_err().to_string();
+    assert!(reason("zero_bytes.png").contains("empty file"));
+    assert!(reason("text_renamed.jpg").contains("not an image"));
+    assert!(reason("heic_brand_named.jpg").contains("HEIF"));
+}
+
+#[test]
+fn c09_decompression_bombs_are_rejected_from_the_header() {
+    for (f, dims) in [
+        ("bomb_20000x20000_gray8.png", "20000x20000"),
+        ("header_100000x100000_rgba.png", "100000x100000"),
+        ("gif_screen_65535x65535.gif", "65535x65535"),
+    ] {
+        let err = load("C09", f).unwrap_err().to_string();
+        assert!(err.contains(f) && err.contains(dims) && err.contains("max_image_pixels"), "{err}");
+    }
+}
+
+#[test]
+fn c09_checking_bombs_keeps_resident_memory_under_200_mb() {
+    // `vramfit check-data` on a dataset of the bombs, in its own process: it reports its peak
+    // resident set (VmHWM, which starts afresh at exec) and this test reads it.
+    let dir = tempfile::tempdir().unwrap();
+    let class = dir.path().join("bombs");
+    std::fs::create_dir_all(&class).unwrap();
+    for f in std::fs::read_dir(cases().join("C09")).unwrap().flatten() {
+        std::fs::copy(f.path(), class.join(f.file_name())).unwrap();
+    }
+    std::fs::copy(cases().join("C07/ok_baseline.jpg"), class.join("ok.jpg")).unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_vramfit"))
+        .args(["check-data", dir.path().to_str().unwrap(), "--set", "data.val_fraction=0"])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "check-data failed: {stdout} {}", String::from_utf8_lossy(&out.stderr));
+    assert!(stdout.contains("3 files would be skipped"), "{stdout}");
+    let peak_mb: f64 = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("peak resident memory: "))
+        .and_then(|v| v.trim_end_matches(" MB").parse().ok())
+        .unwrap_or_else(|| panic!("no peak memory line in {stdout}"));
+    assert!(peak_mb > 1.0 && peak_mb < 200.0, "peak RSS {peak_mb} MB");
+}
+
+#[test]
+fn c15_every_mode_gives_one_training_size_or_names_the_file() {
+    let files = [
+        "wide_300x100.png",
+        "tall_100x300.png",
+        "tiny_37x23.png",
+        "odd_255x255.png",
+        "exact_256x256.png",
+        "half_42x18.png",
+        "one_pixel_1x1.png",
+    ];
+    let mut rng = <rand::rngs::SmallRng as rand::SeedableRng>::seed_from_u64(0);
+    for mode in PreprocessMode::ALL {
+        let mut config = Config::default();
+        config.data.preprocess = PreprocessConfig { mode, load_size: 256, crop_size: 224 };
+        let pipe = SamplePipeline::from_config(&config, true);
+        for f in files {
+            let path = cases().join("C15").join(f);
+            match pipe.load(&SampleSource::File(path.clone()), &mut rng) {
+                Ok((chw, h, w)) => {
+                    assert!(h > 0 && w > 0 && chw.len() == 3 * h * w);
+                    if mode == PreprocessMode::None {
+                        assert_eq!((h % 4, w % 4), (0, 0), "{f}");
+                    } else {
+                        assert_eq!((w, h), (224, 224), "{} {f}", mode.name());
+                    }
+                }
+                Err(e) => {
+                    assert_eq!(mode, PreprocessMode::Crop, "{} {f}: {e}", mode.name());
+                    assert!(e.contains(f) && e.contains("crop_size"), "{e}");
+                }
+            }
+        }
+    }
+}
+
+/// C15's mixed sizes as a dataset: mode `none` cannot batch them, so training refuses before it
+/// starts, naming two files and the setting that fixes it; a fixed-size mode accepts them.
+#[test]
+fn c15_mixed_sizes_in_mode_none_are_refused_before_training() {
+    let dir = tempfile::tempdir().unwrap();
+    let class = dir.path().join("shapes");
+    std::fs::create_dir_all(&class).unwrap();
+    for f in ["wide_300x100.png", "tall_100x300.png", "odd_255x255.png"] {
+        std::fs::copy(cases().join("C15").join(f), class.join(f)).unwrap();
+    }
+    let ds = scan(dir.path(), false).unwrap().0;
+    let none = PreprocessConfig { mode: PreprocessMode::None, load_size: 256, crop_size: 224 };
+    let err = vramfit::loader::check_sizes_agree(&ds, &none).unwrap_err().to_string();
+    assert!(err.contains("resize_and_crop") && err.contains("255x255 and "), "{err}");
+    let fixed = PreprocessConfig { mode: PreprocessMode::ResizeAndCrop, ..none };
+    assert_eq!(vramfit::loader::check_sizes_agree(&ds, &fixed).unwrap(), None, "a fixed output size needs no check");
+    let same =
+        ds.samples.iter().filter(|s| matches!(&s.source, SampleSource::File(p) if p.ends_with("odd_255x255.png")));
+    let one = dataset::Dataset { class_names: ds.class_names.clone(), samples: same.cloned().collect() };
+    let (h, w) = vramfit::loader::check_sizes_agree(&one, &none).unwrap().unwrap();
+    assert_eq!(h, w, "a square image trains square");
+    assert!((252..=256).contains(&h), "255 px trains at its own (rounded) size, not {h}");
+}

@@ -1,0 +1,233 @@
+//! Run folders, checkpoints, resume and the worker process (C18-C20).
+
+use super::*;
+
+#[test]
+fn c18_a_damaged_newest_checkpoint_falls_back_to_the_previous_one() {
+    let data = cases().join("C18/dataset");
+    let dir = tempfile::tempdir().unwrap();
+    let run = dir.path().join("run");
+    // 10 training images at batch 2: 5 steps an epoch, a checkpoint after each epoch.
+    let (ok, log) = cli_train(&data, &run, &["--epochs", "3", "--batch-size", "2"]);
+    assert!(ok, "{log}");
+    let mut kept: Vec<String> = std::fs::read_dir(run.join("checkpoints"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().to_string())
+        .filter(|n| n.starts_with("step-"))
+        .collect();
+    kept.sort();
+    assert_eq!(kept, ["step-00000010", "step-00000015"], "the two newest are kept");
+    assert!(vramfit::checkpoint::verify(&run.join("checkpoints/step-00000015"), false).is_ok());
+
+    // The weights of the newest emptied (a full disk): resume names the file and uses step 10.
+    let emptied = dir.path().join("emptied");
+    copy_tree(&run, &emptied);
+    std::fs::write(emptied.join("checkpoints/step-00000015/model.bpk"), b"").unwrap();
+    let (ok, log) = vramfit_cli(&["export".as_ref(), "--run".as_ref(), emptied.as_os_str()]);
+    assert!(ok, "{log}");
+    let meta: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(emptied.join("export/model.json")).unwrap()).unwrap();
+    assert_eq!(meta["training"]["steps"], 10, "export falls back to the intact checkpoint");
+    assert!(log.contains("step-00000015/model.bpk is damaged (0 bytes"), "{log}");
+    let (ok, log) = cli_train(&data, &emptied, &["--resume", "--epochs", "4", "--max-steps", "12"]);
+    assert!(ok, "{log}");
+    assert!(log.contains("step-00000015/model.bpk is damaged (0 bytes"), "{log}");
+    let mut kept: Vec<String> = std::fs::read_dir(emptied.join("checkpoints"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().to_string())
+        .filter(|n| n.starts_with("step-"))
+        .collect();
+    kept.sort();
+    assert_eq!(kept, ["step-00000010", "step-00000012"], "the damaged one goes, the intact fallback stays");
+    let (ok, log) = cli_train(&data, &emptied, &["--resume", "--epochs", "4"]);
+    assert!(ok, "{log}");
+    assert_eq!(metric_steps(&emptied), (1..=20).collect::<Vec<_>>(), "each step exactly once");
+
+    // The pointer emptied: every checkpoint is intact, so resume continues from the newest.
+    let pointer = dir.path().join("pointer");
+    copy_tree(&run, &pointer);
+    std::fs::write(pointer.join("checkpoints/latest.json"), b"").unwrap();
+    std::fs::write(pointer.join("checkpoints/step-00000015/.model.bpk.tmp"), b"half a save").unwrap();
+    let (ok, log) = cli_train(&data, &pointer, &["--resume", "--epochs", "4"]);
+    assert!(ok, "{log}");
+    assert!(log.contains("latest.json is damaged"), "{log}");
+    assert!(log.contains("removed 1 temporary files"), "{log}");
+    assert!(!pointer.join("checkpoints/step-00000015/.model.bpk.tmp").exists());
+    assert_eq!(metric_steps(&pointer), (1..=20).collect::<Vec<_>>());
+
+    // Every checkpoint damaged: a clear error naming each file, nothing trained.
+    std::fs::write(pointer.join("checkpoints/step-00000020/state.json"), b"{").unwrap();
+    std::fs::write(pointer.join("checkpoints/step-00000015/optimizer.bpk"), b"").unwrap();
+    let (ok, log) = cli_train(&data, &pointer, &["--resume", "--epochs", "5"]);
+    assert!(!ok);
+    assert!(log.contains("no intact checkpoint") && log.contains("step-00000020/state.json is damaged"), "{log}");
+}
+
+#[test]
+fn c19_epochs_on_resume_extend_the_run_and_other_overrides_are_announced_or_refused() {
+    let data = cases().join("C19/dataset");
+    let dir = tempfile::tempdir().unwrap();
+    let run = dir.path().join("run");
+    let (ok, log) = cli_train(&data, &run, &["--epochs", "1"]);
+    assert!(ok, "{log}");
+    assert_eq!(metric_steps(&run), [1], "10 images at batch 64: one step an epoch");
+    let (ok, log) = cli_train(&data, &run, &["--resume", "--epochs", "3"]);
+    assert!(ok, "{log}");
+    assert!(log.contains("resume: train.epochs: 1 -> 3 (applied)"), "{log}");
+    assert_eq!(metric_steps(&run), [1, 2, 3]);
+    let epochs = std::fs::read_to_string(run.join("epochs.csv")).unwrap();
+    assert_eq!(epochs.lines().count(), 1 + 3, "{epochs}");
+    // Batch size and learning rate apply from the next step, announced.
+    let (ok, log) = cli_train(&data, &run, &["--resume", "--batch-size", "2", "--lr", "0.5", "--epochs", "4"]);
+    assert!(ok, "{log}");
+    assert!(log.contains("resume: train.batch_size: 64 -> 2 (applied)"), "{log}");
+    assert!(log.contains("resume: optimizer.lr: 0.003 -> 0.5 (applied)"), "{log}");
+    assert_eq!(metric_steps(&run), (1..=8).collect::<Vec<_>>(), "epoch 4 at batch 2 is 5 steps");
+    // The schedule spans the 5 new steps: the lr decays from near the new peak, not from the floor.
+    let metrics = std::fs::read_to_string(run.join("metrics.csv")).unwrap();
+    let lrs: Vec<f64> = metrics.lines().skip(4).map(|l| l.split(',').nth(4).unwrap().parse().unwrap()).collect();
+    assert!(lrs[0] > 0.4 && lrs.windows(2).all(|w| w[1] < w[0]), "lr after the resume: {lrs:?}");
+    let stored = vramfit::config::Config::load(&run.join("config.toml")).unwrap();
+    assert_eq!((stored.train.batch_size, stored.train.epochs, stored.optimizer.lr), (2, 4, 0.5));
+    // What would change the network or its inputs is refused, naming the key; nothing is written.
+    let before = snapshot_files(&run);
+    let (ok, log) = cli_train(&data, &run, &["--resume", "--crop-size", "32"]);
+    assert!(!ok);
+    assert!(log.contains("data.preprocess cannot change on resume"), "{log}");
+    let whole_table = r#"data.preprocess={mode="resize_and_crop",load_size=32,crop_size=28}"#;
+    let (ok, log) = cli_train(&data, &run, &["--resume", "--set", whole_table]);
+    assert!(!ok && log.contains("data.preprocess cannot change on resume"), "{log}");
+    let (ok, log) = cli_train(&data, &run, &["--resume", "--set", "data={mean=[0.1,0.2,0.3]}"]);
+    assert!(!ok && log.contains("cannot change on resume"), "{log}");
+    assert!(snapshot_files(&run) == before, "a refused resume changes no file");
+    // One process at a time in a run folder.
+    let lock = vramfit::checkpoint::RunLock::acquire(&run).unwrap();
+    let (ok, log) = cli_train(&data, &run, &["--resume", "--epochs", "5"]);
+    assert!(!ok && log.contains("is training in this folder"), "{log}");
+    drop(lock);
+}
+
+#[test]
+fn c20_training_into_a_folder_that_holds_a_run_is_refused_and_changes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = dir.path().join("exp1");
+    let (ok, log) = cli_train(&cases().join("C20/dataset_ab"), &run, &["--epochs", "1"]);
+    assert!(ok, "{log}");
+    let before = snapshot_files(&run);
+    assert!(before.keys().any(|p| p.ends_with("export/model.onnx")));
+    let (ok, log) = cli_train(&cases().join("C20/dataset_xyz"), &run, &["--epochs", "1"]);
+    assert!(!ok, "{log}");
+    assert!(log.contains("already holds a run") && log.contains(r#"classes ["a", "b"], 1 steps"#), "{log}");
+    assert!(log.contains("--resume"), "{log}");
+    assert!(snapshot_files(&run) == before, "the first run's files are byte-identical");
+    // The engine refuses too, so the app (which calls it directly) gets the same answer.
+    let splits = dataset::open(
+        &cases().join("C20/dataset_xyz"),
+        &ScanOptions { val_fraction: 0.1, seed: 1, allow_empty_classes: false },
+    )
+    .unwrap();
+    let cpu = device::select(DeviceChoice::Cpu(CpuBackend::Flex)).unwrap();
+    let err = train::train(&TrainRequest::new(quickstart(), &run), &cpu, &splits, &mut |_| {}, &StopSignal::new())
+        .unwrap_err();
+    assert!(err.to_string().contains("already holds a run"), "{err}");
+    assert!(snapshot_files(&run) == before);
+}
+
+#[test]
+fn the_cli_survives_a_crashed_training_process_and_the_run_resumes() {
+    // `vramfit train` trains in a child process; VRAMFIT_FAULT makes that child die at step 7.
+    let data = cases().join("C18/dataset");
+    for (fault, cause, resume_hint) in [
+        ("abort@7", "(SIGABRT", "--resume --out"),
+        ("kill@7", "(SIGKILL", "--device cpu --batch-size 1"),
+        ("panic@7", "(a panic (exit status 101)", "--resume --out"),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let run = dir.path().join("run");
+        let extra = ["--epochs", "3", "--batch-size", "2", "--set", "train.checkpoint_every_steps=2"];
+        let (code, log) = cli_train_with_fault(&data, &run, &extra, Some(fault));
+        assert_eq!(code, Some(1), "the parent exits normally with status 1: {log}");
+        assert!(log.contains(&format!("the training process died {cause}")), "{fault}: {log}");
+        assert!(log.contains("newest checkpoint") && log.contains(resume_hint), "{fault}: {log}");
+        assert!(vramfit::checkpoint::find_latest(&run).unwrap().damaged.is_empty());
+        let (ok, log) = cli_train(&data, &run, &["--resume"]);
+        assert!(ok, "{fault}: {log}");
+        assert_eq!(metric_steps(&run), (1..=15).collect::<Vec<_>>(), "{fault}: every step once");
+    }
+}
+
+/// A run folder records its format version (run.json). A run whose config.toml lacks a key this
+/// version added, or has one it does not know (renamed since), still exports and resumes, and
+/// says so; a folder without run.json (made before it existed) resumes and gets one; a folder of
+/// a newer format is refused by resume and export with both versions named, and left unchanged.
+#[test]
+fn run_folders_carry_a_format_version_and_configs_from_other_versions_still_resume_and_export() {
+    let dir = tempfile::tempdir().unwrap();
+    let (data, run) = (cases().join("C18/dataset"), dir.path().join("run"));
+    let (ok, log) = cli_train(&data, &run, &["--epochs", "1"]);
+    assert!(ok, "{log}");
+    let manifest: serde_json::Value = serde_json::from_slice(&std::fs::read(run.join("run.json")).unwrap()).unwrap();
+    assert_eq!(manifest["format_version"], vramfit::run_dir::FORMAT_VERSION);
+    assert_eq!(manifest["created_by"], env!("CARGO_PKG_VERSION"));
+
+    let config_path = run.join("config.toml");
+    let text = std::fs::read_to_string(&config_path).unwrap();
+    assert!(text.contains("keep_checkpoints = 2"), "{text}");
+    let text = text.replace("keep_checkpoints = 2\n", "").replace("[train]\n", "[train]\nmax_grad_norm = 1.0\n");
+    std::fs::write(&config_path, text).unwrap();
+    std::fs::remove_file(run.join("run.json")).unwrap();
+    let (ok, log) = vramfit_cli(&["export".as_ref(), "--run".as_ref(), run.as_os_str()]);
+    assert!(ok, "{log}");
+    assert!(log.contains("lacks train.keep_checkpoints = 2") && log.contains("train.max_grad_norm"), "{log}");
+    assert!(log.contains("no run.json"), "{log}");
+    let (ok, log) = cli_train(&data, &run, &["--resume", "--epochs", "2"]);
+    assert!(ok, "{log}");
+    assert!(log.contains("lacks train.keep_checkpoints") && log.contains("validation accuracy"), "{log}");
+    assert_eq!(metric_steps(&run).len(), *metric_steps(&run).last().unwrap(), "each step once");
+    assert!(run.join("run.json").exists(), "a resumed old folder gets its manifest");
+
+    let newer = r#"{"format": "vramfit-run", "format_version": 99, "created_by": "9.0.0"}"#;
+    std::fs::write(run.join("run.json"), newer).unwrap();
+    let before = std::fs::read(&config_path).unwrap();
+    let steps = metric_steps(&run);
+    for args in [vec!["export", "--run"], vec!["train", "--device", "cpu", "--resume", "--epochs", "3", "--out"]] {
+        let mut args: Vec<&std::ffi::OsStr> = args.iter().map(|s| s.as_ref()).collect();
+        args.push(run.as_os_str());
+        let (ok, log) = vramfit_cli(&args);
+        assert!(!ok, "{log}");
+        assert!(log.contains("format version 99") && log.contains("update vramfit"), "{log}");
+    }
+    assert_eq!(std::fs::read(&config_path).unwrap(), before);
+    assert_eq!(metric_steps(&run), steps);
+}
+
+#[test]
+fn sigkill_at_20_points_then_resume_finishes_with_every_step_once() {
+    // 10 training images at batch 1, 3 epochs: 30 steps, a checkpoint every 3 steps and at each
+    // epoch end. The worker is SIGKILLed at 15 steps and in the middle of 5 checkpoint saves.
+    let data = cases().join("C18/dataset");
+    let points: Vec<String> = [1, 2, 4, 5, 7, 8, 10, 11, 13, 14, 16, 17, 19, 22, 25]
+        .iter()
+        .map(|s| s.to_string())
+        .chain((1..=5).map(|n| format!("save:{n}")))
+        .collect();
+    let mut outcomes = Vec::new();
+    for point in &points {
+        let dir = tempfile::tempdir().unwrap();
+        let run = dir.path().join("run");
+        let extra = ["--epochs", "3", "--batch-size", "1", "--set", "train.checkpoint_every_steps=3"];
+        let (_, log) = cli_train_with_fault(&data, &run, &extra, Some(&format!("kill@{point}")));
+        assert!(log.contains("the training process died (SIGKILL"), "{point}: {log}");
+        let resumed_from = vramfit::checkpoint::find_latest(&run).map_or(0, |l| l.state.global_step);
+        let (ok, log) = cli_train(&data, &run, &["--resume"]);
+        assert!(ok, "{point}: {log}");
+        assert_eq!(metric_steps(&run), (1..=30).collect::<Vec<_>>(), "{point}: every step once");
+        for e in std::fs::read_dir(run.join("checkpoints")).unwrap().flatten().filter(|e| e.path().is_dir()) {
+            assert!(vramfit::checkpoint::verify(&e.path(), false).is_ok(), "{point}: {:?}", e.path());
+        }
+        outcomes.push(format!("kill@{point}: resumed from step {resumed_from}"));
+    }
+    eprintln!("{}", outcomes.join("\n"));
+}
