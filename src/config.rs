@@ -374,6 +374,15 @@ impl Config {
     /// # Errors
     /// [`Error::Config`] naming the key when it does not exist or the value is out of range.
     pub fn set(&mut self, assignment: &str) -> Result<()> {
+        let updated = self.assigned(assignment)?;
+        let err = |message: String| Error::Config { source_name: format!("--set {assignment}"), message };
+        updated.validate().map_err(err)?;
+        *self = updated;
+        Ok(())
+    }
+
+    /// This config with one `KEY=VALUE` applied, its type checked but not its range.
+    fn assigned(&self, assignment: &str) -> Result<Config> {
         let err = |message: String| Error::Config { source_name: format!("--set {assignment}"), message };
         let (key, raw) =
             assignment.split_once('=').ok_or_else(|| err("expected KEY=VALUE, e.g. train.batch_size=32".into()))?;
@@ -398,8 +407,21 @@ impl Config {
                 .get_mut(*part)
                 .ok_or_else(|| err(format!("unknown key `{key}`; see configs/quickstart.toml for every key")))?;
         }
-        let updated: Config = root.try_into().map_err(|e: toml::de::Error| err(one_line(&e.to_string())))?;
-        updated.validate().map_err(err)?;
+        root.try_into().map_err(|e: toml::de::Error| err(one_line(&e.to_string())))
+    }
+
+    /// Applies several `KEY=VALUE` overrides and validates once at the end, so overrides that
+    /// only agree together (`load_size` and `crop_size` both shrunk) are accepted in any order.
+    ///
+    /// # Errors
+    /// As [`Self::set`]; the config is unchanged on error.
+    pub fn set_all(&mut self, assignments: &[String]) -> Result<()> {
+        let mut updated = self.clone();
+        for a in assignments {
+            updated = updated.assigned(a)?;
+        }
+        let source_name = format!("--set {}", assignments.join(" --set "));
+        updated.validate().map_err(|message| Error::Config { source_name, message })?;
         *self = updated;
         Ok(())
     }

@@ -457,11 +457,18 @@ fn scan_folder_inner(
     let mut class_dirs = Vec::new();
     let mut root_images = 0;
     let mut not_utf8 = Vec::new();
+    let root_canonical = root.canonicalize().unwrap_or_else(|_| root.to_path_buf());
     for entry in entries.flatten() {
         let name = entry.file_name().to_string_lossy().to_string();
         let path = entry.path();
+        // A class folder that is a link into the dataset (to the root, an ancestor or another
+        // class) would count images twice or under another label: reported, not followed.
+        let link_inside = entry.file_type().is_ok_and(|t| t.is_symlink())
+            && path.canonicalize().is_ok_and(|t| t.starts_with(&root_canonical) || root_canonical.starts_with(&t));
         if is_junk(&name) {
             report.ignored.push((path, IGNORED_JUNK));
+        } else if link_inside && path.is_dir() {
+            report.symlink_loops.push(path);
         } else if path.is_dir() && entry.file_name().to_str().is_none() {
             not_utf8.push(path);
         } else if path.is_dir() {
@@ -481,12 +488,16 @@ fn scan_folder_inner(
     if !not_utf8.is_empty() {
         not_utf8.sort();
         let shown: Vec<String> = not_utf8.iter().map(|p| format!("{:?}", p.display().to_string())).collect();
-        refuse(format!(
+        let message = format!(
             "class folder names that are not valid UTF-8 (bad bytes shown as U+FFFD): {}; rename them \
              to UTF-8, e.g. `convmv -f latin1 -t utf8 -r --notest {}`",
             shown.join(", "),
             root.display()
-        ))?;
+        );
+        if class_dirs.is_empty() {
+            return Err(err(message)); // nothing else to report on
+        }
+        refuse(message)?;
     }
     if class_dirs.is_empty() {
         let found = if root_images > 0 {
@@ -500,7 +511,6 @@ fn scan_folder_inner(
         )));
     }
     report.stray_root_images.sort();
-    let root_canonical = root.canonicalize().unwrap_or_else(|_| root.to_path_buf());
     class_dirs.sort_by(|a, b| a.0.cmp(&b.0));
     let mut dataset = Dataset::default();
     let mut empty = Vec::new();

@@ -97,6 +97,7 @@ pub fn evaluate(
     settings: &EvalSettings<'_>,
 ) -> Result<EvalResult> {
     let EvalSettings { batch_size, precision, workers, buffer_limit, .. } = *settings;
+    let pipeline_keeps_size = pipeline.preprocess.output_size().is_none();
     let classes = dataset.class_names.len();
     let order = Arc::new((0..dataset.samples.len()).collect::<Vec<_>>());
     let mut result = EvalResult {
@@ -115,11 +116,17 @@ pub fn evaluate(
         if fit == 0 {
             return Err(Error::Memory(format!(
                 "one {}x{} evaluation image needs a {} tensor but the device allows {} per buffer; evaluate on the \
-                 CPU (--device cpu) or use a smaller data.preprocess.crop_size",
+                 CPU (--device cpu){}",
                 batch.width,
                 batch.height,
                 crate::memory::human_bytes(per_image),
                 crate::memory::human_bytes(buffer_limit.unwrap_or(0)),
+                // Mode `none` keeps each image's size: only a crop-based mode bounds it.
+                if pipeline_keeps_size {
+                    ", or train with a crop-based preprocess mode"
+                } else {
+                    " or use a smaller data.preprocess.crop_size"
+                },
             )));
         }
         for chunk in batch.split(batch.len().div_ceil(fit)) {

@@ -256,6 +256,12 @@ pub fn resolve_paths(path: &Path) -> Result<(PathBuf, PathBuf)> {
                  (a run stopped before its end has only checkpoints: `vramfit export --run RUN` writes RUN/export)",
             )
         })?
+    } else if path.extension().is_some_and(|e| e.eq_ignore_ascii_case("onnx")) {
+        return Err(Error::io(
+            path,
+            "vramfit loads model.bpk or model.safetensors (with model.json); model.onnx is for ONNX Runtime and \
+             other tools: pass the export folder instead",
+        ));
     } else if path.is_file() {
         path.to_path_buf()
     } else {

@@ -262,7 +262,7 @@ pub fn check_sizes_agree(dataset: &Dataset, p: &PreprocessConfig) -> crate::Resu
             Some((src0, out0, file0)) if out0 != out => {
                 return Err(crate::Error::Preprocess(format!(
                     "mode `none` trains each image at its own size, but {} is {}x{} and {} is {}x{}; \
-                     set data.preprocess.mode = \"resize_and_crop\" (--preprocess resize_and_crop) and a crop_size",
+                     set data.preprocess.mode = \"resize_and_crop\" with a load_size and crop_size (--preprocess resize_and_crop --load-size 256 --crop-size 224)",
                     file0.display(),
                     src0.0,
                     src0.1,

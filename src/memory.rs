@@ -173,11 +173,14 @@ pub struct Plan {
     /// Largest micro-batch that fits without accumulation (0 if not even 1 does).
     pub max_batch_size: usize,
     /// The micro-batch to train with so that the configured effective batch
-    /// (`batch_size x grad_accum_steps`) fits: the effective batch itself when it fits,
-    /// else `ceil(effective / fit_grad_accum_steps)` (0 if not even 1 fits).
+    /// (`batch_size x grad_accum_steps`) fits: the effective batch itself when it fits, else the
+    /// largest divisor of it that fits, so the product is exactly the effective batch (0 if not
+    /// even 1 fits). Only when every divisor is under half the largest fitting micro-batch (an
+    /// effective batch with no suitable divisor, e.g. a prime) is the split
+    /// `ceil(effective / fit_grad_accum_steps)`, whose product exceeds it by less than one
+    /// micro-batch.
     pub fit_batch_size: usize,
-    /// Accumulation steps that go with `fit_batch_size` (their product is the effective batch,
-    /// rounded up when it does not divide).
+    /// Accumulation steps that go with `fit_batch_size`.
     pub fit_grad_accum_steps: usize,
 }
 
@@ -200,10 +203,13 @@ pub fn plan(config: &Config, num_classes: usize) -> Plan {
     } else {
         match largest_fitting(|b| estimate_total(&accumulating, b, num_classes) <= budget) {
             0 => (0, 0),
-            micro => {
-                let accum = effective.div_ceil(micro.min(effective));
-                (effective.div_ceil(accum), accum)
-            }
+            micro => match (1..=micro.min(effective)).rev().find(|d| effective % d == 0) {
+                Some(d) if 2 * d >= micro => (d, effective / d),
+                _ => {
+                    let accum = effective.div_ceil(micro.min(effective));
+                    (effective.div_ceil(accum), accum)
+                }
+            },
         }
     };
     Plan {
@@ -318,6 +324,12 @@ mod tests {
         assert!(estimate(&ck, 16, 10).activations() < e32.activations() / 2);
     }
 
+    fn with_accum(c: &Config, accum: usize) -> Config {
+        let mut c = c.clone();
+        c.train.grad_accum_steps = accum;
+        c
+    }
+
     #[test]
     fn plan_finds_the_largest_fitting_batch() {
         let mut c = Config::default();
@@ -333,6 +345,12 @@ mod tests {
         fitted.train.grad_accum_steps = p.fit_grad_accum_steps;
         assert!(plan(&fitted, 10).fits);
         assert!(p.verdict().starts_with("does not fit by"));
+        // The product is the effective batch exactly when a divisor near the fit exists: 32 with
+        // room for 3 is 2 x 16, not 3 x 11 = 33.
+        c.train.batch_size = 32;
+        c.memory.memory_budget_bytes = estimate(&with_accum(&c, 2), 3, 10).total;
+        let p = plan(&c, 10);
+        assert_eq!((p.fit_batch_size, p.fit_grad_accum_steps), (2, 16));
         // An effective batch that fits whole needs no accumulation.
         c.memory.memory_budget_bytes = estimate(&c, 64, 10).total;
         c.train.batch_size = 32;

@@ -129,6 +129,12 @@ pub fn check_manifest(run: &Path) -> Result<Option<String>> {
     if manifest.format != "vramfit-run" {
         return Err(Error::io(&path, format!("format {:?} is not a vramfit run folder", manifest.format)));
     }
+    if manifest.format_version == 0 {
+        return Err(Error::io(
+            &path,
+            "format version 0 does not exist (versions start at 1); restore run.json or delete it",
+        ));
+    }
     if manifest.format_version > FORMAT_VERSION {
         return Err(Error::io(
             &path,
@@ -147,11 +153,13 @@ pub fn check_manifest(run: &Path) -> Result<Option<String>> {
 /// Reads a run's `config.toml` leniently, so a run made by another vramfit version still
 /// resumes and exports: keys this version added are filled with their defaults, keys it does
 /// not know (renamed or removed since) are ignored; both are returned as notes to show.
-/// Values are validated as for any config.
+/// Values are validated as for any config. Keys that shape the network or what it sees
+/// ([`Config::FROZEN_ON_RESUME`]) are never defaulted: a default there would describe another
+/// model than the checkpoint holds.
 ///
 /// # Errors
-/// [`Error::Config`] naming the file for unreadable TOML or a value out of range;
-/// [`check_manifest`]'s errors.
+/// [`Error::Config`] naming the file for unreadable TOML, a value out of range, or a missing
+/// key of [`Config::FROZEN_ON_RESUME`]; [`check_manifest`]'s errors.
 pub fn load_config(run: &Path) -> Result<(Config, Vec<String>)> {
     let mut notes: Vec<String> = check_manifest(run)?.into_iter().collect();
     let path = run.join(CONFIG);
@@ -159,10 +167,25 @@ pub fn load_config(run: &Path) -> Result<(Config, Vec<String>)> {
     let err = |message: String| Error::Config { source_name: source_name.clone(), message };
     let text = std::fs::read_to_string(&path)
         .map_err(|e| err(format!("cannot read it ({e}); is {} a run folder (--out of a `train`)?", run.display())))?;
-    let stored: toml::Table = toml::from_str(&text).map_err(|e| err(e.to_string().replace('\n', " ")))?;
+    let stored: toml::Table = toml::from_str(&text).map_err(|e| err(one_line(&e.to_string())))?;
     let mut merged = toml::Table::try_from(Config::default()).map_err(|e| err(e.to_string()))?;
     let (mut missing, mut unknown) = (Vec::new(), Vec::new());
     overlay(&mut merged, &stored, "", &mut missing, &mut unknown);
+    let frozen: Vec<&String> = missing
+        .iter()
+        .filter(|m| {
+            let key = m.split(" = ").next().unwrap_or(m);
+            Config::FROZEN_ON_RESUME.iter().any(|f| key == *f || key.starts_with(&format!("{f}.")))
+        })
+        .collect();
+    if !frozen.is_empty() {
+        let keys: Vec<&str> = frozen.iter().map(|m| m.split(" = ").next().unwrap_or(m)).collect();
+        return Err(err(format!(
+            "lacks {}, which describe the trained network or its inputs and have no safe default; restore \
+             them from a backup or from the export's model.json",
+            keys.join(", ")
+        )));
+    }
     if !missing.is_empty() {
         notes.push(format!(
             "{source_name} lacks {} (added after this run was made): using the defaults",
@@ -175,9 +198,38 @@ pub fn load_config(run: &Path) -> Result<(Config, Vec<String>)> {
             unknown.join(", ")
         ));
     }
-    let config: Config = toml::Value::Table(merged).try_into().map_err(|e: toml::de::Error| err(e.to_string()))?;
+    let config: Config =
+        toml::Value::Table(merged).try_into().map_err(|e: toml::de::Error| err(one_line(&e.to_string())))?;
     config.validate().map_err(err)?;
     Ok((config, notes))
+}
+
+/// One line from a multi-line parser message, control characters (a NUL from a damaged file)
+/// shown escaped.
+fn one_line(text: &str) -> String {
+    let words: Vec<&str> = text.split_whitespace().collect();
+    words
+        .join(" ")
+        .chars()
+        .flat_map(|c| if c.is_control() { c.escape_default().collect::<Vec<_>>() } else { vec![c] })
+        .collect()
+}
+
+/// Keeps a copy of a run's `config.toml` as `config.previous.toml` when this version cannot
+/// read it as is (keys it does not know, from another version), before the file is rewritten:
+/// a resume never silently drops settings. Returns the copy's path when one was made.
+///
+/// # Errors
+/// [`Error::Io`] naming the file when the copy cannot be written.
+pub fn preserve_foreign_config(run: &Path) -> Result<Option<std::path::PathBuf>> {
+    let path = run.join(CONFIG);
+    let Ok(text) = std::fs::read_to_string(&path) else { return Ok(None) };
+    if Config::from_toml(&text, CONFIG).is_ok() {
+        return Ok(None);
+    }
+    let copy = run.join("config.previous.toml");
+    crate::checkpoint::write_atomic(&copy, text.as_bytes())?;
+    Ok(Some(copy))
 }
 
 /// Copies `stored`'s values over `base` (the defaults) where `base` has the key; records keys
@@ -232,6 +284,18 @@ mod tests {
         assert_eq!(notes.len(), 2, "{notes:?}");
         assert!(notes[0].contains("lacks train.keep_checkpoints = 2"), "{notes:?}");
         assert!(notes[1].contains("train.max_grad_norm"), "{notes:?}");
+    }
+
+    #[test]
+    fn a_missing_key_that_shapes_the_model_is_refused_not_defaulted() {
+        let dir = tempfile::tempdir().unwrap();
+        let text = Config::default().to_toml().replace("crop_size = 224\n", "");
+        std::fs::write(dir.path().join(CONFIG), text).unwrap();
+        let e = load_config(dir.path()).unwrap_err().to_string();
+        assert!(e.contains("lacks data.preprocess.crop_size") && e.contains("no safe default"), "{e}");
+        std::fs::write(dir.path().join(CONFIG), "").unwrap();
+        let e = load_config(dir.path()).unwrap_err().to_string();
+        assert!(e.contains("model") && !e.contains('\n'), "{e}");
     }
 
     #[test]

@@ -455,12 +455,78 @@ fn train_run(
     stop: &StopSignal,
 ) -> Result<TrainSummary> {
     let started = Instant::now();
-    let mut config = req.config.clone();
     let out = &req.out_dir;
     std::fs::create_dir_all(out).map_err(|e| Error::io(out, e))?;
-    let classes = splits.train.class_names.clone();
+    let (config, precision) = check_data_and_precision(req, device, splits, sink)?;
+    let config = plan_memory(req, device, splits, config, sink)?;
+    let mut run = Run::new(req, device, splits, config, precision);
+    let _lock = open_run_folder(req, sink)?;
+    if req.resume {
+        run.resume(sink)?;
+        if let Some(copy) = run_dir::preserve_foreign_config(out)? {
+            sink(Event::Info(format!(
+                "the run's config.toml had keys this vramfit does not know: kept as {}",
+                copy.display()
+            )));
+        }
+    }
+    run_dir::write_manifest(out)?;
+    // On resume this records the overrides that were applied (epochs, batch size, budget, ...).
+    checkpoint::write_atomic(&out.join(run_dir::CONFIG), run.config.to_toml().as_bytes())?;
+    sink(Event::Started {
+        device: device.name.clone(),
+        out_dir: out.clone(),
+        start_epoch: run.trainer.state.epoch,
+        epochs: run.config.train.epochs,
+        steps_per_epoch: run.steps_per_epoch,
+        samples: (splits.train.samples.len(), splits.val.samples.len()),
+        predicted_peak_bytes: run.estimate.total,
+    });
+    let state = &run.trainer.state;
+    let already_done = state.epoch >= run.config.train.epochs || req.max_steps.is_some_and(|m| state.global_step >= m);
+    if req.resume && already_done {
+        // Nothing to train: leave the run's export as it is.
+        let why = match req.max_steps {
+            Some(m) if state.epoch < run.config.train.epochs => format!(
+                "the run is at step {} and --max-steps {m} counts steps over the whole run; pass a larger --max-steps",
+                state.global_step
+            ),
+            _ => format!(
+                "the run has done {} of {} epochs ({} steps); pass --epochs N (N > {}) to extend it",
+                state.epoch, run.config.train.epochs, state.global_step, state.epoch
+            ),
+        };
+        sink(Event::Warning(format!("nothing to train: {why}")));
+        run.summary.stopped = state.epoch < run.config.train.epochs;
+        run.summary.wall_secs = started.elapsed().as_secs_f64();
+        return Ok(run.summary);
+    }
+    let data = EpochData::new(splits, &run.config);
+    while run.trainer.state.epoch < run.config.train.epochs {
+        let epoch_start = Instant::now();
+        let totals = run.train_epoch(&data, sink, stop)?;
+        if run.summary.stopped {
+            break;
+        }
+        run.end_epoch(&data, &totals, epoch_start, sink)?;
+        if stop.is_set() && run.trainer.state.epoch < run.config.train.epochs {
+            run.summary.stopped = true;
+            break;
+        }
+    }
+    run.finish(started)
+}
+
+/// Phase 1: the data can train (warnings sent), and the precision the device can compute in.
+fn check_data_and_precision(
+    req: &TrainRequest,
+    device: &SelectedDevice,
+    splits: &Splits,
+    sink: EventSink,
+) -> Result<(Config, Precision)> {
+    let mut config = req.config.clone();
     if splits.train.samples.is_empty() {
-        return Err(Error::Dataset { path: out.clone(), message: "no training samples".into() });
+        return Err(Error::Dataset { path: req.out_dir.clone(), message: "no training samples".into() });
     }
     let probe = SamplePipeline::from_config(&config, false);
     for warning in
@@ -474,72 +540,92 @@ fn train_run(
         precision = Precision::F32;
         config.train.precision = Precision::F32;
     }
+    Ok((config, precision))
+}
+
+/// Phase 2: the predicted peak fits the budget (or `--auto-fit` makes it fit) and one micro-batch's
+/// largest tensor fits the adapter's buffer limit, before anything is allocated.
+fn plan_memory(
+    req: &TrainRequest,
+    device: &SelectedDevice,
+    splits: &Splits,
+    mut config: Config,
+    sink: EventSink,
+) -> Result<Config> {
+    let classes = splits.train.class_names.len();
     let px = config.image_size_px();
     let image_hw = loader::check_sizes_agree(&splits.train, &config.data.preprocess)?.unwrap_or((px, px));
-    let plan = memory::plan(&config, classes.len());
+    let plan = memory::plan(&config, classes);
     if !plan.fits {
-        if req.auto_fit && plan.fit_batch_size > 0 {
-            sink(Event::BatchAdapted {
-                batch_size: plan.fit_batch_size,
-                grad_accum_steps: plan.fit_grad_accum_steps,
-                reason: format!("--auto-fit: batch {} {}", config.train.batch_size, plan.verdict()),
-            });
-            config.train.batch_size = plan.fit_batch_size;
-            config.train.grad_accum_steps = plan.fit_grad_accum_steps;
-        } else {
+        if plan.fit_batch_size == 0 {
+            return Err(Error::Memory(format!(
+                "predicted peak {} {} of the {} budget (memory.memory_budget_bytes), and not even batch 1 fits: \
+                 lower data.preprocess.crop_size or the model's width, turn on f16 or checkpointing, or raise the budget",
+                human_bytes(plan.estimate.total),
+                plan.verdict(),
+                human_bytes(plan.budget_bytes),
+            )));
+        }
+        if !req.auto_fit {
             return Err(Error::Memory(format!(
                 "predicted peak {} {} of the {} budget (memory.memory_budget_bytes); set train.batch_size = {} with \
                  train.grad_accum_steps = {} to keep the effective batch, turn on checkpointing or f16, or pass --auto-fit",
                 human_bytes(plan.estimate.total),
                 plan.verdict(),
                 human_bytes(plan.budget_bytes),
-                plan.fit_batch_size.max(1),
-                plan.fit_grad_accum_steps.max(1)
+                plan.fit_batch_size,
+                plan.fit_grad_accum_steps
             )));
         }
+        sink(Event::BatchAdapted {
+            batch_size: plan.fit_batch_size,
+            grad_accum_steps: plan.fit_grad_accum_steps,
+            reason: format!("--auto-fit: batch {} {}", config.train.batch_size, plan.verdict()),
+        });
+        config.train.batch_size = plan.fit_batch_size;
+        config.train.grad_accum_steps = plan.fit_grad_accum_steps;
     }
-    let estimate = memory::estimate(&config, config.train.batch_size, classes.len());
-    if let Some(limit) = device.buffer_limit() {
-        // One micro-batch's largest tensor (input or a layer output) must fit one buffer.
-        let per_image = memory::inference_bytes_per_image(&config.model, classes.len(), image_hw);
-        let largest = per_image * config.train.batch_size as u64;
-        if largest > limit {
-            let fitting_batch = memory::images_per_buffer(Some(limit), per_image);
-            // Never circular: when even one image does not fit, a smaller batch is no answer.
-            let fix = if fitting_batch == 0 {
-                "even one image does not fit: lower data.preprocess.crop_size (or use mode resize_and_crop for \
-                 large images), or train on the CPU (--device cpu)"
-                    .to_string()
-            } else {
-                format!(
-                    "use train.batch_size <= {fitting_batch} (with grad_accum_steps to keep the effective batch) or a \
-                     smaller crop_size"
-                )
-            };
-            return Err(Error::Memory(format!(
-                "the largest tensor of a step is {} but {} allows {} per buffer; {fix}",
-                human_bytes(largest),
-                device.name,
-                human_bytes(limit),
-            )));
-        }
+    let Some(limit) = device.buffer_limit() else { return Ok(config) };
+    // One micro-batch's largest tensor (input or a layer output) must fit one buffer.
+    let per_image = memory::inference_bytes_per_image(&config.model, classes, image_hw);
+    let largest = per_image * config.train.batch_size as u64;
+    if largest <= limit {
+        return Ok(config);
     }
-    let batch_size = config.train.batch_size;
-    let accum = config.train.grad_accum_steps;
-    let n_batches = splits.train.samples.len().div_ceil(batch_size);
-    let steps_per_epoch = n_batches.div_ceil(accum);
-    let steps_total = steps_per_epoch * config.train.epochs;
-    let mut trainer = Trainer::new(&config, precision, &device.device, classes.clone(), steps_total, steps_per_epoch);
+    let fitting_batch = memory::images_per_buffer(Some(limit), per_image);
+    // Never circular: when even one image does not fit, a smaller batch is no answer.
+    let fix = if fitting_batch == 0 {
+        "even one image does not fit: lower data.preprocess.crop_size (or use mode resize_and_crop for \
+         large images), or train on the CPU (--device cpu)"
+            .to_string()
+    } else {
+        format!(
+            "use train.batch_size <= {fitting_batch} (with grad_accum_steps to keep the effective batch) or a \
+             smaller crop_size"
+        )
+    };
+    Err(Error::Memory(format!(
+        "the largest tensor of a step is {} but {} allows {} per buffer; {fix}",
+        human_bytes(largest),
+        device.name,
+        human_bytes(limit),
+    )))
+}
+
+/// Phase 3: the run folder is ours: a new run refuses a folder holding one, a process lock is
+/// held for the run, the manifest is checked (resume) and written, and temporaries of an
+/// interrupted save are removed.
+fn open_run_folder(req: &TrainRequest, sink: EventSink) -> Result<checkpoint::RunLock> {
+    let out = &req.out_dir;
     if !req.resume {
         checkpoint::refuse_existing_run(out)?;
     }
-    let _lock = checkpoint::RunLock::acquire(out)?;
+    let lock = checkpoint::RunLock::acquire(out)?;
     if req.resume {
         // A folder of a newer format is refused before anything in it changes (the client that
         // read its config has shown the notes).
         run_dir::check_manifest(out)?;
     }
-    run_dir::write_manifest(out)?;
     let leftovers = checkpoint::remove_temporaries(out);
     if leftovers > 0 {
         sink(Event::Warning(format!(
@@ -547,25 +633,141 @@ fn train_run(
             out.display()
         )));
     }
-    let fresh_start = req.resume && !checkpoint::any_checkpoint(out);
-    if fresh_start {
-        // Killed before its first checkpoint: nothing to continue, so the run starts over with
-        // its stored config (a new `train` would refuse the folder).
-        sink(Event::Warning(format!("{} has no checkpoint yet: the run starts again from step 0", out.display())));
-        truncate_csv(&out.join(run_dir::METRICS_CSV), |_| false)?;
-        truncate_csv(&out.join(run_dir::EPOCHS_CSV), |_| false)?;
+    Ok(lock)
+}
+
+/// The data of every epoch: datasets and their pipelines (augmented for training).
+struct EpochData {
+    train: Arc<Dataset>,
+    val: Arc<Dataset>,
+    train_pipe: Arc<SamplePipeline>,
+    eval_pipe: Arc<SamplePipeline>,
+}
+
+impl EpochData {
+    fn new(splits: &Splits, config: &Config) -> Self {
+        Self {
+            train: Arc::new(splits.train.clone()),
+            val: Arc::new(splits.val.clone()),
+            train_pipe: Arc::new(SamplePipeline::from_config(config, true)),
+            eval_pipe: Arc::new(SamplePipeline::from_config(config, false)),
+        }
     }
-    if req.resume && !fresh_start {
+}
+
+/// Sums over one epoch's steps, for its summary.
+#[derive(Default)]
+struct EpochTotals {
+    loss: f64,
+    correct: f64,
+    images: usize,
+    skipped: usize,
+}
+
+/// A run in progress: what the phases of [`train`] read and update.
+struct Run<'a> {
+    req: &'a TrainRequest,
+    device: &'a SelectedDevice,
+    config: Config,
+    precision: Precision,
+    classes: Vec<String>,
+    estimate: memory::MemoryEstimate,
+    /// Loader batch size (the micro-batch is `batch_size / trainer.state.split_factor`).
+    batch_size: usize,
+    accum: usize,
+    n_batches: usize,
+    steps_per_epoch: usize,
+    trainer: Trainer,
+    summary: TrainSummary,
+    images_trained: usize,
+    train_secs: f64,
+}
+
+impl<'a> Run<'a> {
+    fn new(
+        req: &'a TrainRequest,
+        device: &'a SelectedDevice,
+        splits: &Splits,
+        config: Config,
+        precision: Precision,
+    ) -> Self {
+        let classes = splits.train.class_names.clone();
+        let estimate = memory::estimate(&config, config.train.batch_size, classes.len());
+        let (batch_size, accum) = (config.train.batch_size, config.train.grad_accum_steps);
+        let n_batches = splits.train.samples.len().div_ceil(batch_size);
+        let steps_per_epoch = n_batches.div_ceil(accum);
+        let steps_total = steps_per_epoch * config.train.epochs;
+        let trainer = Trainer::new(&config, precision, &device.device, classes.clone(), steps_total, steps_per_epoch);
+        let summary = TrainSummary {
+            out_dir: req.out_dir.clone(),
+            epochs_completed: 0,
+            global_step: 0,
+            val: None,
+            stopped: false,
+            wall_secs: 0.0,
+            predicted_peak_bytes: estimate.total,
+            memory: MemoryTracker::default(),
+            images_per_sec: 0.0,
+            skipped: 0,
+            export_dir: None,
+            batch_size,
+            grad_accum_steps: accum,
+        };
+        Self {
+            req,
+            device,
+            config,
+            precision,
+            classes,
+            estimate,
+            batch_size,
+            accum,
+            n_batches,
+            steps_per_epoch,
+            trainer,
+            summary,
+            images_trained: 0,
+            train_secs: 0.0,
+        }
+    }
+
+    fn out(&self) -> &'a Path {
+        &self.req.out_dir
+    }
+
+    /// Phase 4 (resume): the newest intact checkpoint restored, the metrics files cut back to it,
+    /// and the schedule and loss scaler fitted to the steps and precision still to come. A run
+    /// killed before its first checkpoint starts again from step 0.
+    fn resume(&mut self, sink: EventSink) -> Result<()> {
+        let out = self.out();
+        if !checkpoint::any_checkpoint(out) {
+            // Nothing to continue, so the run starts over with its stored config (a new `train`
+            // would refuse the folder).
+            sink(Event::Warning(format!("{} has no checkpoint yet: the run starts again from step 0", out.display())));
+            truncate_csv(&out.join(run_dir::METRICS_CSV), |_| false)?;
+            truncate_csv(&out.join(run_dir::EPOCHS_CSV), |_| false)?;
+            return Ok(());
+        }
         let latest = checkpoint::find_latest(out)?;
         for reason in &latest.damaged {
             sink(Event::Warning(format!("passed over a damaged checkpoint: {reason}")));
         }
         let (dir, mut state) = (latest.dir, latest.state);
+        if state.class_names != self.classes {
+            return Err(Error::Dataset {
+                path: out.to_path_buf(),
+                message: format!(
+                    "this run was trained on {} but the data given has {}; resume with the data the run was trained on (its data.txt names it)",
+                    crate::dataset::class_list(&state.class_names),
+                    crate::dataset::class_list(&self.classes)
+                ),
+            });
+        }
         // A new batch size on resume: the epoch continues after the images already trained on.
         let stored = run_dir::load_config(out).ok().map(|(c, _)| c);
-        if let Some(old) = stored.filter(|c| c.train.batch_size != config.train.batch_size) {
+        if let Some(old) = stored.filter(|c| c.train.batch_size != self.batch_size) {
             let images_done = state.batches_done_in_epoch * old.train.batch_size;
-            state.batches_done_in_epoch = images_done / config.train.batch_size;
+            state.batches_done_in_epoch = images_done / self.batch_size;
         }
         let dropped = truncate_csv(&out.join(run_dir::METRICS_CSV), |step| step <= state.global_step)?
             + truncate_csv(&out.join(run_dir::EPOCHS_CSV), |epoch| epoch < state.epoch)?;
@@ -575,228 +777,205 @@ fn train_run(
                 state.global_step
             )));
         }
-        if state.class_names != classes {
-            return Err(Error::Dataset {
-                path: out.clone(),
-                message: format!(
-                    "this run was trained on {} but the data given has {}; resume with the data the run was trained on (its data.txt names it)",
-                    crate::dataset::class_list(&state.class_names),
-                    crate::dataset::class_list(&classes)
-                ),
-            });
-        }
-        trainer.restore(&dir, state)?;
+        self.trainer.restore(&dir, state)?;
         // The schedule covers the steps still to come at the current batch size (an unchanged
         // batch size gives exactly the original schedule), and the loss scaler follows the
         // precision the run continues in.
-        let s = &trainer.state;
-        let batches_left = n_batches.saturating_sub(s.batches_done_in_epoch);
-        let epochs_after = config.train.epochs.saturating_sub(s.epoch + 1);
-        trainer.schedule.total_steps = s.global_step + batches_left.div_ceil(accum) + epochs_after * steps_per_epoch;
-        let scaling = trainer.state.scaler.growth_interval != usize::MAX;
-        if (precision == Precision::F16) != scaling {
-            trainer.state.scaler = if precision == Precision::F16 { LossScaler::new() } else { LossScaler::disabled() };
+        let s = &self.trainer.state;
+        let batches_left = self.n_batches.saturating_sub(s.batches_done_in_epoch);
+        let epochs_after = self.config.train.epochs.saturating_sub(s.epoch + 1);
+        self.trainer.schedule.total_steps =
+            s.global_step + batches_left.div_ceil(self.accum) + epochs_after * self.steps_per_epoch;
+        let scaling = self.trainer.state.scaler.growth_interval != usize::MAX;
+        if (self.precision == Precision::F16) != scaling {
+            let f16 = self.precision == Precision::F16;
+            self.trainer.state.scaler = if f16 { LossScaler::new() } else { LossScaler::disabled() };
         }
+        self.summary.epochs_completed = self.trainer.state.epoch;
+        self.summary.global_step = self.trainer.state.global_step;
+        Ok(())
     }
-    // On resume this records the overrides that were applied (epochs, batch size, budget, ...).
-    crate::checkpoint::write_atomic(&out.join(run_dir::CONFIG), config.to_toml().as_bytes())?;
-    sink(Event::Started {
-        device: device.name.clone(),
-        out_dir: out.clone(),
-        start_epoch: trainer.state.epoch,
-        epochs: config.train.epochs,
-        steps_per_epoch,
-        samples: (splits.train.samples.len(), splits.val.samples.len()),
-        predicted_peak_bytes: estimate.total,
-    });
-    let train_ds = Arc::new(splits.train.clone());
-    let val_ds = Arc::new(splits.val.clone());
-    let train_pipe = Arc::new(SamplePipeline::from_config(&config, true));
-    let eval_pipe = Arc::new(SamplePipeline::from_config(&config, false));
-    let metrics_path = out.join(run_dir::METRICS_CSV);
-    let epochs_path = out.join(run_dir::EPOCHS_CSV);
-    let mut summary = TrainSummary {
-        out_dir: out.clone(),
-        epochs_completed: trainer.state.epoch,
-        global_step: trainer.state.global_step,
-        val: None,
-        stopped: false,
-        wall_secs: 0.0,
-        predicted_peak_bytes: estimate.total,
-        memory: MemoryTracker::default(),
-        images_per_sec: 0.0,
-        skipped: 0,
-        export_dir: None,
-        batch_size,
-        grad_accum_steps: accum,
-    };
-    let mut images_trained = 0usize;
-    let mut train_secs = 0f64;
-    let workers = config.data.workers;
-    let already_done =
-        trainer.state.epoch >= config.train.epochs || req.max_steps.is_some_and(|m| trainer.state.global_step >= m);
-    if req.resume && already_done {
-        // Nothing to train: leave the run's export as it is.
-        sink(Event::Warning(format!(
-            "nothing to train: the run has done {} of {} epochs ({} steps); pass --epochs N (N > {}) to extend it",
-            trainer.state.epoch, config.train.epochs, trainer.state.global_step, trainer.state.epoch
-        )));
-        summary.stopped = trainer.state.epoch < config.train.epochs;
-        summary.wall_secs = started.elapsed().as_secs_f64();
-        return Ok(summary);
-    }
-    while trainer.state.epoch < config.train.epochs {
-        let epoch = trainer.state.epoch;
-        let epoch_start = Instant::now();
-        let mut order: Vec<usize> = (0..train_ds.samples.len()).collect();
-        order.shuffle(&mut rand::rngs::SmallRng::seed_from_u64(config.seed.wrapping_add(epoch as u64)));
-        let skip = trainer.state.batches_done_in_epoch;
-        let iter = loader::batches(
-            train_ds.clone(),
-            train_pipe.clone(),
+
+    /// Phase 5: one epoch's optimizer steps (from where a resumed epoch left off); sets
+    /// `summary.stopped` when Stop or the step cap ended it early (after a checkpoint).
+    fn train_epoch(&mut self, data: &EpochData, sink: EventSink, stop: &StopSignal) -> Result<EpochTotals> {
+        let epoch = self.trainer.state.epoch;
+        let seed = self.config.seed;
+        let mut order: Vec<usize> = (0..data.train.samples.len()).collect();
+        order.shuffle(&mut rand::rngs::SmallRng::seed_from_u64(seed.wrapping_add(epoch as u64)));
+        let skip = self.trainer.state.batches_done_in_epoch;
+        let batches = loader::batches(
+            data.train.clone(),
+            data.train_pipe.clone(),
             Arc::new(order),
-            batch_size,
+            self.batch_size,
             skip,
-            config.seed ^ ((epoch as u64) << 32),
-            workers,
-            config.data.prefetch_batches,
+            seed ^ ((epoch as u64) << 32),
+            self.config.data.workers,
+            self.config.data.prefetch_batches,
         );
-        let (mut epoch_loss, mut epoch_correct, mut epoch_images, mut epoch_skipped) = (0f64, 0f64, 0usize, 0usize);
-        let mut pending: Vec<Batch> = Vec::with_capacity(accum);
+        let mut totals = EpochTotals::default();
+        let mut pending: Vec<Batch> = Vec::with_capacity(self.accum);
         let mut batch_index = skip;
         let mut step_start = Instant::now();
-        for batch in iter {
+        for batch in batches {
             batch_index += 1;
             for (source, reason) in &batch.skipped {
                 sink(Event::SampleSkipped { source: source.to_string(), reason: reason.to_string() });
             }
-            epoch_skipped += batch.skipped.len();
+            totals.skipped += batch.skipped.len();
             if epoch == 0 {
                 for source in &batch.flat {
                     sink(Event::Warning(format!("{source} is one flat colour: a blank or wrongly decoded image?")));
                 }
             }
             pending.push(batch);
-            if pending.len() < accum && batch_index < n_batches {
+            if pending.len() < self.accum && batch_index < self.n_batches {
                 continue;
             }
-            let sample_now = device.is_gpu() && (trainer.state.global_step % config.train.memory_sample_every == 0);
-            let stats = loop {
-                match trainer.step(&pending, sample_now, sink) {
-                    Ok(s) => break s,
-                    Err(StepError::Fatal(e)) => return Err(e),
-                    Err(StepError::Device(msg)) => {
-                        let micro = batch_size.div_ceil(trainer.state.split_factor);
-                        if micro <= 1 {
-                            return Err(Error::Device(format!(
-                                "the device failed even at micro-batch 1 ({msg}); the last checkpoint in {} is intact — lower crop_size or use --device cpu",
-                                checkpoint::checkpoints_dir(out).display()
-                            )));
-                        }
-                        trainer.state.split_factor *= 2;
-                        trainer.device.memory_cleanup();
-                        sink(Event::BatchAdapted {
-                            batch_size: batch_size.div_ceil(trainer.state.split_factor),
-                            grad_accum_steps: accum * trainer.state.split_factor,
-                            reason: format!(
-                                "the device refused the step at micro-batch {micro} ({msg}); retrying it at half"
-                            ),
-                        });
-                    }
-                }
-            };
-            trainer.state.batches_done_in_epoch += pending.len();
+            let sample_now =
+                self.device.is_gpu() && (self.trainer.state.global_step % self.config.train.memory_sample_every == 0);
+            let stats = self.step_with_retry(&pending, sample_now, sink)?;
+            self.trainer.state.batches_done_in_epoch += pending.len();
             pending.clear();
             let secs = step_start.elapsed().as_secs_f64();
             step_start = Instant::now();
             if stats.images == 0 {
                 continue;
             }
-            if stats.applied {
-                trainer.state.global_step += 1;
+            self.record_step(&stats, secs, sample_now, &mut totals, sink)?;
+            if sample_now {
+                self.hold_budget(sink);
             }
-            train_secs += secs;
-            images_trained += stats.images;
-            epoch_loss += stats.loss as f64 * stats.images as f64;
-            epoch_correct += stats.accuracy as f64 * stats.images as f64;
-            epoch_images += stats.images;
-            let lr = trainer.schedule.lr(trainer.state.global_step.saturating_sub(1));
-            let ips = stats.images as f64 / secs.max(1e-9);
-            sink(Event::Step {
-                step: trainer.state.global_step,
-                epoch,
-                loss: stats.loss,
-                accuracy: stats.accuracy,
-                lr,
-                images_per_sec: ips,
-            });
-            let (in_use, reserved) = if sample_now {
-                (trainer.tracker.peak_bytes_in_use.to_string(), trainer.tracker.peak_bytes_reserved.to_string())
-            } else {
-                (String::new(), String::new())
-            };
-            // A step skipped by the f16 loss scaler has no step number of its own: no CSV row.
-            if stats.applied {
-                csv_append(
-                    &metrics_path,
-                    METRICS_HEADER,
-                    &format!(
-                        "{},{epoch},{},{},{lr:e},{ips:.1},{in_use},{reserved}",
-                        trainer.state.global_step, stats.loss, stats.accuracy
-                    ),
-                )?;
-            }
-            // Budget: when a measured peak crosses it, halve the micro-batch from the next step.
-            if sample_now && device.is_gpu() {
-                let budget = req.live_budget.as_ref().map_or(config.memory.memory_budget_bytes, LiveBudget::get);
-                let measured = trainer.tracker.peak_bytes_reserved;
-                let micro = batch_size.div_ceil(trainer.state.split_factor);
-                if measured > budget && micro > 1 {
-                    trainer.state.split_factor *= 2;
-                    trainer.tracker = MemoryTracker::default();
-                    trainer.device.memory_cleanup();
-                    sink(Event::BatchAdapted {
-                        batch_size: batch_size.div_ceil(trainer.state.split_factor),
-                        grad_accum_steps: accum * trainer.state.split_factor,
-                        reason: format!(
-                            "measured {} crossed the {} budget",
-                            human_bytes(measured),
-                            human_bytes(budget)
-                        ),
-                    });
-                }
-            }
-            let every = config.train.checkpoint_every_steps;
-            let last_of_epoch = batch_index >= n_batches; // the epoch-end checkpoint follows
-            if every > 0 && stats.applied && trainer.state.global_step % every == 0 && !last_of_epoch {
-                let dir = trainer.save(out)?;
+            let every = self.config.train.checkpoint_every_steps;
+            let last_of_epoch = batch_index >= self.n_batches; // the epoch-end checkpoint follows
+            if every > 0 && stats.applied && self.trainer.state.global_step % every == 0 && !last_of_epoch {
+                let dir = self.trainer.save(self.out())?;
                 sink(Event::Checkpoint { path: dir });
             }
-            let capped = req.max_steps.is_some_and(|m| trainer.state.global_step >= m);
+            let capped = self.req.max_steps.is_some_and(|m| self.trainer.state.global_step >= m);
             if stop.is_set() || capped {
-                let dir = trainer.save(out)?;
+                let dir = self.trainer.save(self.out())?;
                 sink(Event::Checkpoint { path: dir });
-                summary.stopped = true;
+                self.summary.stopped = true;
                 break;
             }
         }
-        summary.skipped += epoch_skipped;
-        summary.memory = trainer.tracker;
-        if summary.stopped {
-            break;
+        self.summary.skipped += totals.skipped;
+        self.summary.memory = self.trainer.tracker;
+        Ok(totals)
+    }
+
+    /// One optimizer step; when the device refuses it (allocation, buffer limit) the micro-batch
+    /// halves and the same step is retried, down to micro-batch 1.
+    fn step_with_retry(&mut self, pending: &[Batch], sample_now: bool, sink: EventSink) -> Result<StepStats> {
+        loop {
+            match self.trainer.step(pending, sample_now, sink) {
+                Ok(s) => return Ok(s),
+                Err(StepError::Fatal(e)) => return Err(e),
+                Err(StepError::Device(msg)) => {
+                    let micro = self.batch_size.div_ceil(self.trainer.state.split_factor);
+                    if micro <= 1 {
+                        return Err(Error::Device(format!(
+                            "the device failed even at micro-batch 1 ({msg}); the last checkpoint in {} is intact — lower crop_size or use --device cpu",
+                            checkpoint::checkpoints_dir(self.out()).display()
+                        )));
+                    }
+                    self.halve_micro_batch(
+                        format!("the device refused the step at micro-batch {micro} ({msg}); retrying it at half"),
+                        sink,
+                    );
+                }
+            }
         }
-        let val_model = trainer.model().valid();
-        let settings = eval::EvalSettings {
-            model: &config.model,
-            batch_size: batch_size.max(32),
-            precision,
-            workers,
-            buffer_limit: device.buffer_limit(),
+    }
+
+    /// Halves the micro-batch from the next step (the accumulation doubles, so the effective
+    /// batch and the gradient stay the same) and tells the clients why.
+    fn halve_micro_batch(&mut self, reason: String, sink: EventSink) {
+        self.trainer.state.split_factor *= 2;
+        self.trainer.device.memory_cleanup();
+        sink(Event::BatchAdapted {
+            batch_size: self.batch_size.div_ceil(self.trainer.state.split_factor),
+            grad_accum_steps: self.accum * self.trainer.state.split_factor,
+            reason,
+        });
+    }
+
+    /// A finished step: counters, the Step event and its metrics.csv row.
+    fn record_step(
+        &mut self,
+        stats: &StepStats,
+        secs: f64,
+        sampled: bool,
+        totals: &mut EpochTotals,
+        sink: EventSink,
+    ) -> Result<()> {
+        if stats.applied {
+            self.trainer.state.global_step += 1;
+        }
+        let (step, epoch) = (self.trainer.state.global_step, self.trainer.state.epoch);
+        self.train_secs += secs;
+        self.images_trained += stats.images;
+        totals.loss += stats.loss as f64 * stats.images as f64;
+        totals.correct += stats.accuracy as f64 * stats.images as f64;
+        totals.images += stats.images;
+        let lr = self.trainer.schedule.lr(step.saturating_sub(1));
+        let ips = stats.images as f64 / secs.max(1e-9);
+        sink(Event::Step { step, epoch, loss: stats.loss, accuracy: stats.accuracy, lr, images_per_sec: ips });
+        // A step skipped by the f16 loss scaler has no step number of its own: no CSV row.
+        if !stats.applied {
+            return Ok(());
+        }
+        let t = &self.trainer.tracker;
+        let (in_use, reserved) = if sampled {
+            (t.peak_bytes_in_use.to_string(), t.peak_bytes_reserved.to_string())
+        } else {
+            (String::new(), String::new())
         };
-        let val = eval::evaluate(&val_model, val_ds.clone(), eval_pipe.clone(), &trainer.device, &settings)?;
+        csv_append(
+            &self.out().join(run_dir::METRICS_CSV),
+            METRICS_HEADER,
+            &format!("{step},{epoch},{},{},{lr:e},{ips:.1},{in_use},{reserved}", stats.loss, stats.accuracy),
+        )
+    }
+
+    /// After a memory sample: when the measured peak crossed the (live) budget, the micro-batch
+    /// halves from the next step.
+    fn hold_budget(&mut self, sink: EventSink) {
+        let budget = self.req.live_budget.as_ref().map_or(self.config.memory.memory_budget_bytes, LiveBudget::get);
+        let measured = self.trainer.tracker.peak_bytes_reserved;
+        let micro = self.batch_size.div_ceil(self.trainer.state.split_factor);
+        if measured > budget && micro > 1 {
+            self.trainer.tracker = MemoryTracker::default();
+            let reason = format!("measured {} crossed the {} budget", human_bytes(measured), human_bytes(budget));
+            self.halve_micro_batch(reason, sink);
+        }
+    }
+
+    /// Phase 6: the epoch's evaluation, its epochs.csv row and checkpoint, and after the first
+    /// epoch the predicted against the measured memory.
+    fn end_epoch(
+        &mut self,
+        data: &EpochData,
+        totals: &EpochTotals,
+        epoch_start: Instant,
+        sink: EventSink,
+    ) -> Result<()> {
+        let epoch = self.trainer.state.epoch;
+        let settings = eval::EvalSettings {
+            model: &self.config.model,
+            batch_size: self.batch_size.max(32),
+            precision: self.precision,
+            workers: self.config.data.workers,
+            buffer_limit: self.device.buffer_limit(),
+        };
+        let val_model = self.trainer.model().valid();
+        let val =
+            eval::evaluate(&val_model, data.val.clone(), data.eval_pipe.clone(), &self.trainer.device, &settings)?;
         let secs = epoch_start.elapsed().as_secs_f64();
-        let (train_loss, train_acc) = if epoch_images > 0 {
-            ((epoch_loss / epoch_images as f64) as f32, (epoch_correct / epoch_images as f64) as f32)
+        let (train_loss, train_acc) = if totals.images > 0 {
+            ((totals.loss / totals.images as f64) as f32, (totals.correct / totals.images as f64) as f32)
         } else {
             (f32::NAN, f32::NAN)
         };
@@ -807,59 +986,63 @@ fn train_run(
             val_loss: val.loss,
             val_accuracy: val.top1,
             secs,
-            skipped: epoch_skipped,
+            skipped: totals.skipped,
         });
         csv_append(
-            &epochs_path,
+            &self.out().join(run_dir::EPOCHS_CSV),
             EPOCHS_HEADER,
             &format!(
-                "{epoch},{train_loss},{train_acc},{},{},{},{secs:.1},{epoch_skipped}",
+                "{epoch},{train_loss},{train_acc},{},{},{},{secs:.1},{}",
                 eval::csv_cell(val.loss),
                 eval::csv_cell(val.top1),
-                eval::csv_cell(val.top5)
+                eval::csv_cell(val.top5),
+                totals.skipped
             ),
         )?;
-        if epoch == 0 && trainer.tracker.peak_bytes_reserved > 0 {
-            let t = trainer.tracker;
+        let t = self.trainer.tracker;
+        if epoch == 0 && t.peak_bytes_reserved > 0 {
             sink(Event::Info(format!(
                 "memory after epoch 1: predicted peak {} vs measured {} reserved (ratio {:.2}); bytes_in_use after forward {}, pools high-water {}",
-                human_bytes(estimate.total),
+                human_bytes(self.estimate.total),
                 human_bytes(t.peak_bytes_reserved),
-                estimate.total as f64 / t.peak_bytes_reserved as f64,
+                self.estimate.total as f64 / t.peak_bytes_reserved as f64,
                 human_bytes(t.peak_bytes_in_use),
                 human_bytes(t.pools_high_water)
             )));
         }
-        trainer.state.best_val_accuracy = trainer.state.best_val_accuracy.max(val.top1);
-        trainer.state.epoch += 1;
-        trainer.state.batches_done_in_epoch = 0;
-        summary.val = Some(val);
-        let dir = trainer.save(out)?;
+        let state = &mut self.trainer.state;
+        state.best_val_accuracy = state.best_val_accuracy.max(val.top1);
+        state.epoch += 1;
+        state.batches_done_in_epoch = 0;
+        self.summary.val = Some(val);
+        let dir = self.trainer.save(self.out())?;
         sink(Event::Checkpoint { path: dir });
-        summary.epochs_completed = trainer.state.epoch;
-        if stop.is_set() && trainer.state.epoch < config.train.epochs {
-            summary.stopped = true;
-            break;
+        self.summary.epochs_completed = self.trainer.state.epoch;
+        Ok(())
+    }
+
+    /// Phase 7: the summary, and the export of a run that finished.
+    fn finish(mut self, started: Instant) -> Result<TrainSummary> {
+        let summary = &mut self.summary;
+        summary.global_step = self.trainer.state.global_step;
+        summary.batch_size = self.batch_size.div_ceil(self.trainer.state.split_factor);
+        summary.grad_accum_steps = self.accum * self.trainer.state.split_factor;
+        summary.images_per_sec = self.images_trained as f64 / self.train_secs.max(1e-9);
+        if self.req.export && !summary.stopped {
+            let model = self.trainer.model().valid();
+            let info = crate::export::TrainingInfo {
+                epochs: summary.epochs_completed,
+                steps: summary.global_step,
+                val_accuracy: summary.val.as_ref().map(|v| v.top1),
+                device: self.device.name.clone(),
+            };
+            let dir = self.req.out_dir.join(run_dir::EXPORT);
+            crate::export::export(&model, &self.config, &self.classes, &info, &dir)?;
+            summary.export_dir = Some(dir);
         }
+        summary.wall_secs = started.elapsed().as_secs_f64();
+        Ok(self.summary)
     }
-    summary.global_step = trainer.state.global_step;
-    summary.batch_size = batch_size.div_ceil(trainer.state.split_factor);
-    summary.grad_accum_steps = accum * trainer.state.split_factor;
-    summary.images_per_sec = images_trained as f64 / train_secs.max(1e-9);
-    if req.export && !summary.stopped {
-        let model = trainer.model().valid();
-        let info = crate::export::TrainingInfo {
-            epochs: summary.epochs_completed,
-            steps: summary.global_step,
-            val_accuracy: summary.val.as_ref().map(|v| v.top1),
-            device: device.name.clone(),
-        };
-        let dir = out.join(run_dir::EXPORT);
-        crate::export::export(&model, &config, &classes, &info, &dir)?;
-        summary.export_dir = Some(dir);
-    }
-    summary.wall_secs = started.elapsed().as_secs_f64();
-    Ok(summary)
 }
 
 /// Result of [`overfit_check`].

@@ -40,7 +40,7 @@ pub struct TrainArgs {
     /// Train on 64 images for 200 steps and check the network memorizes them (>= 98%).
     #[arg(long)]
     overfit_check: bool,
-    /// Stop after this many optimizer steps (a checkpoint is written; --resume continues).
+    /// Stop at this global optimizer step, counted over the whole run (a checkpoint is written; --resume continues).
     #[arg(long)]
     max_steps: Option<usize>,
     /// Skip class folders without images (with a warning) instead of failing.
@@ -126,6 +126,9 @@ fn run_engine<T: Send + 'static>(
 use crate::run_dir::DATA_NOTE;
 
 pub fn train(args: TrainArgs) -> anyhow::Result<ExitCode> {
+    if args.resume && args.out.is_none() {
+        bail!("--resume continues a run: name its folder with --out (e.g. --resume --out runs/2026-11-30_15-42-07)");
+    }
     let out = args.out.clone().unwrap_or_else(super::default_run_dir);
     if !args.worker {
         // The engine trains in a child process, so a driver crash cannot take this one down.
@@ -246,13 +249,16 @@ pub struct EvalArgs {
     /// Where to write the confusion matrix CSV (default: confusion.csv in the working directory).
     #[arg(value_parser = crate::user_path::UserPathParser, long)]
     csv: Option<PathBuf>,
+    /// Skip class folders without images (with a warning) instead of failing.
+    #[arg(long)]
+    allow_empty_classes: bool,
 }
 
 pub fn eval(args: EvalArgs) -> anyhow::Result<ExitCode> {
     let device = select_device(&args.device)?;
     let loaded = crate::export::load(&args.model, &device.device)?;
     let config = loaded.metadata.inference_config();
-    let splits = open_data(args.data.as_ref(), &config, false)?;
+    let splits = open_data(args.data.as_ref(), &config, args.allow_empty_classes)?;
     let ds = if args.train_split { splits.train } else { splits.val };
     if ds.class_names != loaded.metadata.class_names {
         bail!("the dataset's classes {:?} differ from the model's {:?}", ds.class_names, loaded.metadata.class_names);
@@ -268,7 +274,7 @@ pub fn eval(args: EvalArgs) -> anyhow::Result<ExitCode> {
     let r = crate::eval::evaluate(&loaded.model, std::sync::Arc::new(ds), pipe, &device.device, &settings)?;
     if r.samples == 0 {
         bail!(
-            "no image of {} could be evaluated ({} files skipped as undecodable): there is nothing to measure",
+            "no image of {} could be evaluated ({} files skipped: decoding or size): there is nothing to measure",
             args.data.as_ref().map_or_else(|| "the bundled data".to_string(), |d| d.display().to_string()),
             r.skipped.len()
         );
@@ -299,7 +305,10 @@ pub fn eval(args: EvalArgs) -> anyhow::Result<ExitCode> {
         Err(e) => eprintln!("warning: the confusion matrix was not saved ({e}); choose a writable file with --csv"),
     }
     if !r.skipped.is_empty() {
-        println!("{} files skipped (undecodable)", r.skipped.len());
+        println!("{} files skipped:", r.skipped.len());
+        for (source, reason) in r.skipped.iter().take(10) {
+            println!("  {source}: {reason}");
+        }
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -403,9 +412,10 @@ pub fn plan_report(config: &Config, p: &memory::Plan) -> String {
     } else {
         s.push_str(&format!("largest batch that fits without accumulation: {}\n", p.max_batch_size));
         if !p.fits {
+            let (b, a) = (p.fit_batch_size, p.fit_grad_accum_steps);
+            let keep = if b * a == effective { "to keep" } else { "closest to" };
             s.push_str(&format!(
-                "to keep the effective batch of {effective}: batch_size {} x grad_accum_steps {} (or pass --auto-fit)\n",
-                p.fit_batch_size, p.fit_grad_accum_steps
+                "{keep} the effective batch of {effective}: batch_size {b} x grad_accum_steps {a} (or pass --auto-fit)\n"
             ));
         }
     }

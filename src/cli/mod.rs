@@ -96,9 +96,7 @@ impl ConfigArgs {
     /// [`crate::Error::Config`] naming the file or key.
     pub fn load(&self) -> crate::Result<Config> {
         let mut config = load_config(&self.config)?;
-        for s in self.overrides()? {
-            config.set(&s)?;
-        }
+        config.set_all(&self.overrides()?)?;
         Ok(config)
     }
 

@@ -173,9 +173,13 @@ fn layout_links_to_an_ancestor_dangling_links_and_stray_root_images_are_reported
     std::os::unix::fs::symlink("../cat", root.join("dog/cats")).unwrap(); // into another class
     std::os::unix::fs::symlink("missing.png", root.join("dog/x.jpg")).unwrap();
     std::fs::copy(cases().join("C18/dataset/a/img_00.png"), root.join("stray.png")).unwrap();
+    // Class folders that are links into the dataset: the root itself, and another class.
+    std::os::unix::fs::symlink(".", root.join("self")).unwrap();
+    std::os::unix::fs::symlink("cat", root.join("kitty")).unwrap();
     let (ds, report) = scan(&root, false).unwrap();
+    assert_eq!(ds.class_names, ["cat", "dog"], "links into the dataset are not classes");
     assert_eq!(ds.class_counts(), [6, 6], "no image of another class is counted under dog");
-    assert_eq!(report.symlink_loops.len(), 2, "{:?}", report.symlink_loops);
+    assert_eq!(report.symlink_loops.len(), 4, "{:?}", report.symlink_loops);
     let dangling: Vec<_> =
         report.ignored.iter().filter(|(_, why)| *why == dataset::IGNORED_DANGLING).map(|(p, _)| p.clone()).collect();
     assert_eq!(dangling, [root.join("dog/x.jpg")]);

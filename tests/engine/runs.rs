@@ -182,11 +182,21 @@ fn run_folders_carry_a_format_version_and_configs_from_other_versions_still_resu
     assert!(ok, "{log}");
     assert!(log.contains("lacks train.keep_checkpoints = 2") && log.contains("train.max_grad_norm"), "{log}");
     assert!(log.contains("no run.json"), "{log}");
+    // A resume refused (other classes) changes nothing: no manifest written, no metrics row cut.
+    let csv = run.join("metrics.csv");
+    let with_extra_row = format!("{}999,0,1,1,1e-3,1,,\n", std::fs::read_to_string(&csv).unwrap());
+    std::fs::write(&csv, with_extra_row).unwrap();
+    let before = snapshot_files(&run);
+    let (ok, log) = cli_train(&cases().join("C21/singleton_class"), &run, &["--resume", "--epochs", "2"]);
+    assert!(!ok && log.contains("this run was trained on"), "{log}");
+    assert_eq!(snapshot_files(&run), before, "a refused resume leaves the folder byte-identical");
     let (ok, log) = cli_train(&data, &run, &["--resume", "--epochs", "2"]);
     assert!(ok, "{log}");
     assert!(log.contains("lacks train.keep_checkpoints") && log.contains("validation accuracy"), "{log}");
     assert_eq!(metric_steps(&run).len(), *metric_steps(&run).last().unwrap(), "each step once");
     assert!(run.join("run.json").exists(), "a resumed old folder gets its manifest");
+    let kept = std::fs::read_to_string(run.join("config.previous.toml")).unwrap();
+    assert!(kept.contains("max_grad_norm = 1.0"), "keys this version does not know are kept: {kept}");
 
     let newer = r#"{"format": "vramfit-run", "format_version": 99, "created_by": "9.0.0"}"#;
     std::fs::write(run.join("run.json"), newer).unwrap();
