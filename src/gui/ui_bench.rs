@@ -1,0 +1,84 @@
+//! `vramfit bench ui`: the app trains for a while and reports its frame times (outside the app state).
+
+use super::*;
+
+/// What `vramfit bench ui` measured.
+#[derive(Clone, Debug, Default, serde::Serialize)]
+pub struct UiBenchResult {
+    /// The device the app trained on.
+    pub device: String,
+    /// Frames drawn while training (eframe's CPU time per frame: UI code and rendering).
+    pub training: FrameSummary,
+    /// Optimizer steps taken meanwhile.
+    pub steps: usize,
+    /// Why training did not start or failed, if it did.
+    pub error: Option<String>,
+}
+
+/// Bench mode of the app: train for `seconds`, stop, then close the window.
+pub(super) struct UiBench {
+    seconds: f64,
+    /// When training is stopped; set on the first frame, which starts it.
+    deadline: Option<std::time::Instant>,
+    result: std::sync::Arc<std::sync::Mutex<Option<UiBenchResult>>>,
+}
+
+impl VramfitApp {
+    pub(super) fn bench_tick(&mut self, ctx: &egui::Context) {
+        let Some(b) = &mut self.bench else { return };
+        let Some(deadline) = b.deadline else {
+            b.deadline = Some(std::time::Instant::now() + std::time::Duration::from_secs_f64(b.seconds));
+            self.start_training(ctx, false);
+            return;
+        };
+        if self.training() {
+            if std::time::Instant::now() >= deadline {
+                self.stop_training();
+            }
+            return;
+        }
+        if let Some(b) = self.bench.take() {
+            let result = UiBenchResult {
+                device: self.device_label(),
+                training: self.frame_times.while_training(),
+                steps: self.history.last_step,
+                error: self.error.clone(),
+            };
+            if let Ok(mut slot) = b.result.lock() {
+                *slot = Some(result);
+            }
+            ctx.send_viewport_cmd(egui::ViewportCommand::Close);
+        }
+    }
+}
+
+/// `vramfit bench ui`: opens the window with the default settings (quickstart on the first
+/// adapter), trains for `seconds`, stops, closes, and returns the frame times it drew meanwhile.
+///
+/// # Errors
+/// When no window can be created (no display: run it under `xvfb-run`).
+pub fn bench_ui(seconds: f64) -> anyhow::Result<UiBenchResult> {
+    let result = std::sync::Arc::new(std::sync::Mutex::new(None));
+    let slot = result.clone();
+    let runs_dir = std::env::temp_dir().join(format!("vramfit-bench-ui-{}", std::process::id()));
+    let options = eframe::NativeOptions {
+        viewport: egui::ViewportBuilder::default().with_inner_size([1280.0, 820.0]).with_title("vramfit"),
+        persist_window: false,
+        ..Default::default()
+    };
+    let dir = runs_dir.clone();
+    eframe::run_native(
+        "vramfit-bench-ui",
+        options,
+        Box::new(move |_cc| {
+            let mut app = VramfitApp::new(Settings::default());
+            app.runs_dir = dir;
+            app.bench = Some(UiBench { seconds, deadline: None, result: slot });
+            Ok(Box::new(app))
+        }),
+    )
+    .map_err(|e| anyhow::anyhow!("cannot open the window: {e}; on a machine without a display use xvfb-run"))?;
+    let _ = std::fs::remove_dir_all(&runs_dir);
+    let r = result.lock().map_err(|_| anyhow::anyhow!("the app thread panicked"))?.take();
+    r.ok_or_else(|| anyhow::anyhow!("the window closed before the benchmark ended"))
+}
