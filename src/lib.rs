@@ -9,6 +9,7 @@
 
 pub mod augment;
 pub mod bench;
+pub mod check_data;
 pub mod checkpoint;
 pub mod cli;
 pub mod config;
@@ -33,6 +34,7 @@ pub mod presets;
 pub mod run_dir;
 pub mod schedule;
 pub mod train;
+pub mod trainer;
 pub mod user_path;
 pub mod worker_process;
 

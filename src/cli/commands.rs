@@ -658,7 +658,7 @@ pub struct CheckDataArgs {
 
 pub fn check_data(args: CheckDataArgs) -> anyhow::Result<ExitCode> {
     let config = args.config.load()?;
-    let report = crate::bench::check_data(&args.path, &config, args.allow_empty_classes)?;
+    let report = crate::check_data::report(&args.path, &config, args.allow_empty_classes)?;
     print!("{report}");
     Ok(ExitCode::SUCCESS)
 }

@@ -1,0 +1,478 @@
+//! One optimizer step and what it needs: the model, AdamW, the schedule and the loop state on
+//! one device ([`Trainer`]); the loss; the NaN diagnosis; and the short runs built on a bare
+//! trainer (the overfit check, the throughput measurement).
+//!
+//! One optimizer step consumes `grad_accum_steps` loader batches of `batch_size` images. Each
+//! loader batch may be split into `split_factor` micro-batches when memory requires it (the
+//! budget was crossed, or the device refused an allocation); the loss of each micro-batch is
+//! weighted by its share of the step's images, so the gradient is the same whatever the split.
+
+use crate::checkpoint::{self, TrainState};
+use crate::config::{Config, Precision};
+use crate::dataset::Dataset;
+use crate::device::SelectedDevice;
+use crate::error::{Error, Result};
+use crate::eval::{self, batch_tensors};
+use crate::events::{Event, EventSink};
+use crate::loader::{self, Batch, SamplePipeline};
+use crate::memory::MemoryTracker;
+use crate::model::Classifier;
+use crate::precision::LossScaler;
+use crate::schedule::WarmupCosine;
+use burn::module::{Module, ModuleVisitor, Param};
+use burn::optim::{AdamWConfig, GradientsAccumulator, GradientsParams, ModuleOptimizer};
+use burn::tensor::{Device, Int, Tensor};
+use rand::SeedableRng;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Instant;
+
+/// Result of one optimizer step.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct StepStats {
+    pub(crate) loss: f32,
+    pub(crate) accuracy: f32,
+    pub(crate) images: usize,
+    pub(crate) applied: bool,
+}
+
+pub(crate) enum StepError {
+    /// The device failed (allocation, buffer limit): retry smaller.
+    Device(String),
+    Fatal(Error),
+}
+
+impl StepError {
+    /// A device failure from a runtime error, kept to one line ([`crate::error::one_line_cause`]).
+    fn device(cause: &impl std::fmt::Debug) -> Self {
+        StepError::Device(crate::error::one_line_cause(&format!("{cause:?}")))
+    }
+}
+
+/// Cross-entropy with label smoothing `eps` (Szegedy et al. 2016), mean over the batch:
+/// `(1 - eps) * nll(target) + eps * mean_c(-log p_c)`.
+///
+/// # Shapes
+/// `logits` `[B, C]`, `labels` `[B]` -> loss `[1]`.
+pub fn smoothed_cross_entropy(logits: Tensor<2>, labels: Tensor<1, Int>, eps: f32) -> Tensor<1> {
+    let [b, _] = logits.dims();
+    let logp = burn::tensor::activation::log_softmax(logits, 1);
+    let nll = logp.clone().gather(1, labels.reshape([b, 1])).neg(); // [B, 1]
+    if eps == 0.0 {
+        return nll.mean();
+    }
+    let smooth = logp.mean_dim(1).neg(); // [B, 1]
+    (nll * (1.0 - eps) + smooth * eps).mean()
+}
+
+/// Squared global L2 norm of all gradients, as `torch.nn.utils.clip_grad_norm_` computes it.
+struct GradNormSq<'a> {
+    grads: &'a GradientsParams,
+    acc: Option<Tensor<1>>,
+}
+
+impl ModuleVisitor for GradNormSq<'_> {
+    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<D>>) {
+        if let Some(g) = self.grads.get::<D>(param.id) {
+            let s = (g.clone() * g).sum();
+            self.acc = Some(match self.acc.take() {
+                Some(a) => a + s,
+                None => s,
+            });
+        }
+    }
+}
+
+/// Multiplies every gradient by `factor`.
+struct ScaleGrads<'a> {
+    grads: &'a mut GradientsParams,
+    factor: f32,
+}
+
+impl ModuleVisitor for ScaleGrads<'_> {
+    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<D>>) {
+        if let Some(g) = self.grads.remove::<D>(param.id) {
+            self.grads.register(param.id, g * self.factor);
+        }
+    }
+}
+
+/// Model, optimizer and loop state on one device.
+pub(crate) struct Trainer {
+    pub(crate) config: Config,
+    pub(crate) precision: Precision,
+    pub(crate) device: Device,
+    pub(crate) ad_device: Device,
+    pub(crate) model: Option<Classifier>,
+    pub(crate) optim: ModuleOptimizer,
+    pub(crate) schedule: WarmupCosine,
+    pub(crate) state: TrainState,
+    pub(crate) tracker: MemoryTracker,
+}
+
+impl Trainer {
+    pub(crate) fn new(
+        config: &Config,
+        precision: Precision,
+        device: &Device,
+        class_names: Vec<String>,
+        steps_total: usize,
+        steps_per_epoch: usize,
+    ) -> Self {
+        let ad_device = if config.train.checkpointing {
+            device.clone().autodiff().gradient_checkpointing()
+        } else {
+            device.clone().autodiff()
+        };
+        ad_device.seed(config.seed);
+        let model = Classifier::new(&config.model, class_names.len(), &ad_device);
+        let o = &config.optimizer;
+        let optim = AdamWConfig::new()
+            .with_beta_1(o.beta1)
+            .with_beta_2(o.beta2)
+            .with_epsilon(o.epsilon)
+            .with_weight_decay(o.weight_decay as f32)
+            .init();
+        let schedule = WarmupCosine {
+            peak_lr: o.lr,
+            warmup_steps: (o.warmup_epochs * steps_per_epoch as f64).round() as usize,
+            total_steps: steps_total,
+            min_lr_ratio: o.min_lr_ratio,
+        };
+        let scaler = if precision == Precision::F16 { LossScaler::new() } else { LossScaler::disabled() };
+        let state = TrainState {
+            epoch: 0,
+            batches_done_in_epoch: 0,
+            global_step: 0,
+            scaler,
+            split_factor: 1,
+            best_val_accuracy: 0.0,
+            class_names,
+        };
+        Self {
+            config: config.clone(),
+            precision,
+            device: device.clone(),
+            ad_device,
+            model: Some(model),
+            optim,
+            schedule,
+            state,
+            tracker: MemoryTracker::default(),
+        }
+    }
+
+    pub(crate) fn model(&self) -> &Classifier {
+        self.model.as_ref().expect("the model is only taken out for the duration of an optimizer step")
+    }
+
+    pub(crate) fn restore(&mut self, dir: &Path, state: TrainState) -> Result<()> {
+        let mut model = self.model.take().expect("model present between steps");
+        let model_path = dir.join("model.bpk");
+        let bytes = std::fs::read(&model_path).map_err(|e| Error::io(&model_path, e))?;
+        checkpoint::load_model_bytes(&mut model, bytes, &model_path)?;
+        self.model = Some(model);
+        let opt_path = dir.join("optimizer.bpk");
+        let bytes = std::fs::read(&opt_path).map_err(|e| Error::io(&opt_path, e))?;
+        let optim = std::mem::replace(&mut self.optim, AdamWConfig::new().init());
+        self.optim = optim
+            .from_bytes(burn::tensor::Bytes::from_bytes_vec(bytes))
+            .map_err(|e| Error::io(&opt_path, format!("cannot load optimizer state: {e}")))?;
+        self.state = state;
+        Ok(())
+    }
+
+    pub(crate) fn save(&self, run_dir: &Path) -> Result<PathBuf> {
+        let opt = self.optim.into_bytes().map_err(|e| Error::io(run_dir.join("optimizer.bpk"), e))?;
+        checkpoint::save(run_dir, self.model(), &opt, &self.state, self.config.train.keep_checkpoints)
+    }
+
+    /// One optimizer step over `batches` (the step's loader batches).
+    pub(crate) fn step(
+        &mut self,
+        batches: &[Batch],
+        sample_memory: bool,
+        sink: EventSink,
+    ) -> std::result::Result<StepStats, StepError> {
+        let total: usize = batches.iter().map(Batch::len).sum();
+        let factor = self.state.split_factor;
+        let scale = self.state.scaler.scale;
+        let eps = self.config.train.label_smoothing;
+        let model = self.model.take().expect("model present between steps");
+        let mut accumulator = GradientsAccumulator::<Classifier>::new();
+        let mut loss_sum: Option<Tensor<1>> = None;
+        let mut correct_sum: Option<Tensor<1>> = None;
+        let mut sampled = !sample_memory;
+        for batch in batches {
+            for chunk in batch.split(factor) {
+                let n = chunk.len();
+                let (images, labels) = batch_tensors(chunk, &self.ad_device);
+                let logits = model.forward(images, self.precision);
+                if !sampled {
+                    // The peak sits between the end of forward and the middle of backward.
+                    if let Err(e) = self.device.sync() {
+                        self.model = Some(model);
+                        return Err(StepError::device(&e));
+                    }
+                    if let Some((in_use, reserved)) = self.tracker.sample(&self.device) {
+                        sink(Event::Memory {
+                            step: self.state.global_step + 1,
+                            bytes_in_use: in_use,
+                            bytes_reserved: reserved,
+                            peak_bytes_in_use: self.tracker.peak_bytes_in_use,
+                        });
+                    }
+                    sampled = true;
+                }
+                let correct =
+                    logits.clone().inner().argmax(1).reshape([n]).equal(labels.clone().inner()).int().sum().float();
+                let loss = smoothed_cross_entropy(logits, labels, eps);
+                let weighted = loss.clone() * (scale * n as f32 / total as f32);
+                let grads = GradientsParams::from_grads(weighted.backward(), &model);
+                accumulator.accumulate(&model, grads);
+                let loss_n = loss.inner() * n as f32;
+                loss_sum = Some(match loss_sum.take() {
+                    Some(a) => a + loss_n,
+                    None => loss_n,
+                });
+                correct_sum = Some(match correct_sum.take() {
+                    Some(a) => a + correct,
+                    None => correct,
+                });
+            }
+        }
+        let mut grads = accumulator.grads();
+        let mut norm = GradNormSq { grads: &grads, acc: None };
+        model.visit(&mut norm);
+        let (Some(loss_sum), Some(correct_sum), Some(norm_sq)) = (loss_sum, correct_sum, norm.acc) else {
+            self.model = Some(model);
+            return Ok(StepStats { loss: 0.0, accuracy: 0.0, images: 0, applied: false });
+        };
+        let stats = Tensor::cat(vec![loss_sum, correct_sum, norm_sq], 0).try_into_data();
+        let stats = match stats.map(|d| d.try_to_vec::<f32>()) {
+            Ok(Ok(v)) => v,
+            Ok(Err(e)) => {
+                self.model = Some(model);
+                return Err(StepError::Fatal(Error::device(&e)));
+            }
+            Err(e) => {
+                self.model = Some(model);
+                return Err(StepError::device(&e));
+            }
+        };
+        let (loss, accuracy) = (stats[0] / total as f32, stats[1] / total as f32);
+        let grad_norm = stats[2].sqrt() / scale;
+        let finite = loss.is_finite() && grad_norm.is_finite();
+        let applied = self.state.scaler.update(finite);
+        if !finite {
+            self.model = Some(model);
+            if self.precision == Precision::F32
+                || self.state.scaler.skipped_in_a_row >= self.config.train.max_skipped_steps
+            {
+                return Err(StepError::Fatal(Error::Diverged(diagnosis(
+                    loss,
+                    grad_norm,
+                    &self.config,
+                    self.state.global_step,
+                ))));
+            }
+            sink(Event::Warning(format!(
+                "step {}: f16 gradients overflowed; step skipped, loss scale lowered to {}",
+                self.state.global_step + 1,
+                self.state.scaler.scale
+            )));
+            return Ok(StepStats { loss, accuracy, images: total, applied });
+        }
+        let clip = self.config.train.grad_clip_norm;
+        let clip_factor = if clip > 0.0 && grad_norm > clip { clip / (grad_norm + 1e-6) } else { 1.0 };
+        let multiplier = clip_factor / scale;
+        if multiplier != 1.0 {
+            model.visit(&mut ScaleGrads { grads: &mut grads, factor: multiplier });
+        }
+        let lr = self.schedule.lr(self.state.global_step);
+        self.model = Some(self.optim.step(lr, model, grads));
+        Ok(StepStats { loss, accuracy, images: total, applied })
+    }
+}
+
+/// The NaN guard's message: the values seen and the likely causes in order.
+fn diagnosis(loss: f32, grad_norm: f32, config: &Config, step: usize) -> String {
+    format!(
+        "non-finite values at step {} (loss {loss}, gradient norm {grad_norm}). Likely causes, most likely first: \
+         1) learning rate too high (optimizer.lr = {}; try {:.1e}), \
+         2) head init too large (model.head_init_std = {}; 0.01 is safe), \
+         3) un-normalized inputs (data.mean/std = {:?}/{:?}). The last good checkpoint is kept.",
+        step + 1,
+        config.optimizer.lr,
+        config.optimizer.lr / 10.0,
+        config.model.head_init_std,
+        config.data.mean,
+        config.data.std
+    )
+}
+
+/// Result of [`overfit_check`].
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct OverfitResult {
+    /// Optimizer steps taken.
+    pub steps: usize,
+    /// Accuracy on the 64 images afterwards (evaluation mode), 0..1.
+    pub accuracy: f32,
+    /// Whether accuracy reached 98%.
+    pub passed: bool,
+}
+
+/// Trains on 64 images (no augmentation, constant learning rate after a short warmup) for up to
+/// `steps` steps and checks the network can memorize them (>= 98% accuracy): a test of the whole
+/// pipeline, model and optimizer.
+///
+/// # Errors
+/// As [`train`].
+pub fn overfit_check(
+    config: &Config,
+    device: &SelectedDevice,
+    data: &Dataset,
+    steps: usize,
+    sink: EventSink,
+) -> Result<OverfitResult> {
+    let subset = data.balanced_subset(64);
+    let mut cfg = config.clone();
+    cfg.augment =
+        crate::config::AugmentConfig { random_crop: false, hflip: false, color_jitter: 0.0, random_erasing: 0.0 };
+    cfg.train.label_smoothing = 0.0;
+    cfg.train.batch_size = cfg.train.batch_size.min(32);
+    cfg.train.grad_accum_steps = 1;
+    cfg.optimizer.weight_decay = 0.0;
+    cfg.optimizer.min_lr_ratio = 1.0;
+    let n_batches = subset.samples.len().div_ceil(cfg.train.batch_size);
+    let precision = if cfg.train.precision == Precision::F16 && !device.supports_f16() {
+        Precision::F32
+    } else {
+        cfg.train.precision
+    };
+    let mut trainer = Trainer::new(&cfg, precision, &device.device, subset.class_names.clone(), steps, 0);
+    trainer.schedule.warmup_steps = 10.min(steps);
+    let ds = Arc::new(subset);
+    let pipe = Arc::new(SamplePipeline::from_config(&cfg, false));
+    let order = Arc::new((0..ds.samples.len()).collect::<Vec<_>>());
+    // Decode the 64 images once.
+    let batches: Vec<Batch> =
+        loader::batches(ds.clone(), pipe.clone(), order, cfg.train.batch_size, 0, cfg.seed, cfg.data.workers, 2)
+            .collect();
+    let mut done = 0;
+    while done < steps {
+        let batch = &batches[done % n_batches];
+        let stats = match trainer.step(std::slice::from_ref(batch), false, sink) {
+            Ok(s) => s,
+            Err(StepError::Fatal(e)) => return Err(e),
+            Err(StepError::Device(m)) => return Err(Error::Device(m)),
+        };
+        if stats.applied {
+            trainer.state.global_step += 1;
+        }
+        done += 1;
+        sink(Event::Step {
+            step: done,
+            epoch: 0,
+            loss: stats.loss,
+            accuracy: stats.accuracy,
+            lr: trainer.schedule.lr(done - 1),
+            images_per_sec: 0.0,
+        });
+    }
+    let settings = eval::EvalSettings {
+        model: &cfg.model,
+        batch_size: 64,
+        precision,
+        workers: cfg.data.workers,
+        buffer_limit: device.buffer_limit(),
+    };
+    let val = eval::evaluate(&trainer.model().valid(), ds, pipe, &trainer.device, &settings)?;
+    Ok(OverfitResult { steps: done, accuracy: val.top1, passed: val.top1 >= 0.98 })
+}
+
+/// Throughput and memory of `steps` timed optimizer steps on synthetic images (after `warmup`
+/// untimed ones): what `vramfit bench` measures. Memory is sampled after the forward pass of
+/// every timed step (which synchronizes the device, as a real run does every few steps).
+///
+/// Returns `(training images per second, memory)`.
+///
+/// # Errors
+/// [`Error::Device`] when the device fails.
+pub fn measure_training(
+    config: &Config,
+    device: &SelectedDevice,
+    num_classes: usize,
+    warmup: usize,
+    steps: usize,
+    sample_memory: bool,
+) -> Result<(f64, MemoryTracker)> {
+    let precision = if config.train.precision == Precision::F16 && !device.supports_f16() {
+        Precision::F32
+    } else {
+        config.train.precision
+    };
+    let mut trainer = Trainer::new(
+        config,
+        precision,
+        &device.device,
+        (0..num_classes).map(|i| i.to_string()).collect(),
+        warmup + steps,
+        1,
+    );
+    let batch = synthetic_batch(config, num_classes);
+    let batches = vec![batch; config.train.grad_accum_steps];
+    let mut sink = |_e: Event| {};
+    let mut run = |trainer: &mut Trainer, sample: bool| -> Result<usize> {
+        match trainer.step(&batches, sample, &mut sink) {
+            Ok(s) => Ok(s.images),
+            Err(StepError::Fatal(e)) => Err(e),
+            Err(StepError::Device(m)) => Err(Error::Device(m)),
+        }
+    };
+    for _ in 0..warmup {
+        run(&mut trainer, false)?;
+    }
+    trainer.tracker = MemoryTracker::default();
+    let start = Instant::now();
+    let mut images = 0;
+    for _ in 0..steps {
+        images += run(&mut trainer, sample_memory && device.is_gpu())?;
+    }
+    Ok((images as f64 / start.elapsed().as_secs_f64(), trainer.tracker))
+}
+
+/// A batch of `config.train.batch_size` random normalized images with labels `i % classes`.
+pub fn synthetic_batch(config: &Config, num_classes: usize) -> Batch {
+    use rand::Rng;
+    let px = config.image_size_px();
+    let n = config.train.batch_size;
+    let mut rng = rand::rngs::SmallRng::seed_from_u64(config.seed);
+    Batch {
+        images: (0..n * 3 * px * px).map(|_| rng.random_range(-2.0f32..2.0)).collect(),
+        labels: (0..n).map(|i| (i % num_classes) as i64).collect(),
+        height: px,
+        width: px,
+        skipped: vec![],
+        flat: vec![],
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use burn::tensor::{Int, Tensor, TensorData};
+
+    #[test]
+    fn smoothed_cross_entropy_matches_a_hand_computed_value() {
+        let device = burn::tensor::Device::flex();
+        // Row 1: p = [1/4, 3/4], label 1. Row 2: p = [1/2, 1/2], label 0. eps = 0.1.
+        let logits = Tensor::<2>::from_data(TensorData::new(vec![0.0f32, 3f32.ln(), 0.0, 0.0], [2, 2]), &device);
+        let labels = Tensor::<1, Int>::from_data(TensorData::new(vec![1i64, 0], [2]), &device);
+        let loss: f32 = super::smoothed_cross_entropy(logits, labels, 0.1).into_scalar();
+        // Row 1: 0.9 * -ln(3/4) + 0.1 * (ln 4 - ln(3/4)) / 2; row 2: ln 2 either way.
+        let row1 = 0.9 * -(0.75f64.ln()) + 0.1 * (4f64.ln() - 0.75f64.ln()) / 2.0;
+        let want = (row1 + 2f64.ln()) / 2.0;
+        assert!((f64::from(loss) - want).abs() < 1e-6, "{loss} vs {want}");
+        assert!((want - 0.517_880).abs() < 1e-5);
+    }
+}
