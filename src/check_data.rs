@@ -107,4 +107,3 @@ pub fn report(path: &std::path::Path, config: &Config, allow_empty: bool) -> Res
     }
     Ok(s)
 }
-

@@ -25,6 +25,7 @@ pub mod idx;
 pub mod image_io;
 pub mod infer;
 pub mod loader;
+pub mod loader_bench;
 pub mod memory;
 pub mod model;
 pub mod onnx;

@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{Receiver, sync_channel};
+use std::time::Instant;
 
 use image::RgbImage;
 use rand::SeedableRng;
@@ -18,6 +19,19 @@ use crate::config::{AugmentConfig, Config};
 use crate::dataset::{Dataset, SampleSource};
 use crate::image_io::{self, LoadOptions};
 use crate::preprocess::PreprocessConfig;
+
+/// Seconds spent in each stage of the input pipeline (summed over images).
+#[derive(Clone, Copy, Debug, Default, PartialEq, serde::Serialize)]
+pub struct StageTimes {
+    /// Reading and decoding the file to RGB.
+    pub decode: f64,
+    /// The preprocess geometry: resize and crop.
+    pub resize: f64,
+    /// Flip, colour jitter and random erasing.
+    pub augment: f64,
+    /// u8 to f32, mean and std.
+    pub normalize: f64,
+}
 
 /// One batch on the host.
 #[derive(Clone, Debug, Default)]
@@ -127,8 +141,25 @@ impl SamplePipeline {
     /// # Errors
     /// The preprocess geometry's reason (no file name).
     pub fn tensor_from_image(&self, img: &RgbImage, rng: &mut SmallRng) -> Result<(Vec<f32>, usize, usize), String> {
+        self.tensor_from_image_timed(img, rng, &mut StageTimes::default())
+    }
+
+    /// [`Self::tensor_from_image`], adding the seconds each stage took to `times` (what
+    /// `vramfit bench loader` reports).
+    ///
+    /// # Errors
+    /// As [`Self::tensor_from_image`].
+    pub fn tensor_from_image_timed(
+        &self,
+        img: &RgbImage,
+        rng: &mut SmallRng,
+        times: &mut StageTimes,
+    ) -> Result<(Vec<f32>, usize, usize), String> {
         let random_crop = self.augment.as_ref().is_some_and(|a| a.random_crop);
+        let t = Instant::now();
         let img = self.preprocess.apply(img, random_crop, rng)?;
+        times.resize += t.elapsed().as_secs_f64();
+        let t = Instant::now();
         let (w, h) = (img.width() as usize, img.height() as usize);
         let n = w * h;
         let mut chw = vec![0f32; 3 * n];
@@ -137,17 +168,24 @@ impl SamplePipeline {
                 chw[c * n + i] = p.0[c] as f32 / 255.0;
             }
         }
+        times.normalize += t.elapsed().as_secs_f64();
+        let t = Instant::now();
         if let Some(aug) = &self.augment {
             augment::before_normalize(&mut chw, h, w, aug, rng);
         }
+        times.augment += t.elapsed().as_secs_f64();
+        let t = Instant::now();
         for c in 0..3 {
             for v in &mut chw[c * n..(c + 1) * n] {
                 *v = (*v - self.mean[c]) / self.std[c];
             }
         }
+        times.normalize += t.elapsed().as_secs_f64();
+        let t = Instant::now();
         if let Some(aug) = &self.augment {
             augment::random_erasing(&mut chw, h, w, aug.random_erasing, rng);
         }
+        times.augment += t.elapsed().as_secs_f64();
         Ok((chw, h, w))
     }
 

@@ -503,13 +503,47 @@ pub fn export(args: ExportArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// `vramfit bench loader`: generated photos in three crop modes of the 8gb preset, and the
+/// bundled data as quickstart loads it.
+fn bench_loader(args: &BenchArgs) -> anyhow::Result<Vec<crate::loader_bench::LoaderBenchRow>> {
+    use crate::loader_bench::{dataset_of, measure, write_photos};
+    let device = select_device(&args.device)?;
+    let dir = tempfile::tempdir().context("cannot create a folder for the generated photos")?;
+    let mut rows = Vec::new();
+    let photo = super::load_config("8gb")?;
+    for (label, (w, h)) in [("12 MP JPEG (4000x3000)", (4000, 3000)), ("2 MP JPEG (1632x1224)", (1632, 1224))] {
+        eprintln!("writing {} photos of {w}x{h}...", args.images);
+        let paths = write_photos(&dir.path().join(format!("{w}x{h}")), w, h, args.images, 3)?;
+        for mode in ["resize_and_crop", "scale_width_and_crop", "crop"] {
+            let mut config = photo.clone();
+            config.set(&format!("data.preprocess.mode={mode}"))?;
+            eprintln!("measuring {label}, {mode}...");
+            rows.push(measure(label, dataset_of(paths.clone()), &config, &device, &args.workers)?);
+        }
+    }
+    let quick = super::load_config("quickstart")?;
+    let bundled = open_data(None, &quick, false)?.train;
+    let n = (args.images * 8).min(bundled.samples.len());
+    let subset =
+        crate::dataset::Dataset { class_names: bundled.class_names.clone(), samples: bundled.samples[..n].to_vec() };
+    rows.push(measure("bundled Fashion-MNIST (28x28 IDX)", subset, &quick, &device, &args.workers)?);
+    Ok(rows)
+}
+
 /// `vramfit bench`.
 #[derive(Args, Debug)]
 pub struct BenchArgs {
-    /// `train` (throughput per backend), `memory` (predicted vs measured peak grid) or `ui` (the
-    /// app's frame times while it trains; needs a display, e.g. `xvfb-run`).
-    #[arg(value_parser = ["train", "memory", "ui"])]
+    /// `train` (throughput per backend), `memory` (predicted vs measured peak grid), `loader`
+    /// (the input pipeline alone, on generated 12 MP / 2 MP JPEGs and the bundled data) or `ui`
+    /// (the app's frame times while it trains; needs a display, e.g. `xvfb-run`).
+    #[arg(value_parser = ["train", "memory", "loader", "ui"])]
     what: String,
+    /// Images per generated photo set for `bench loader` (the bundled set uses 8 times as many).
+    #[arg(long, default_value_t = 16)]
+    images: usize,
+    /// Loader worker threads to measure for `bench loader`.
+    #[arg(long, value_delimiter = ',', default_value = "1,2,4")]
+    workers: Vec<usize>,
     /// Configs to measure (default: quickstart for memory; quickstart and every tier for train).
     #[arg(long = "config", short = 'c')]
     configs: Vec<String>,
@@ -556,6 +590,11 @@ pub fn bench(args: BenchArgs) -> anyhow::Result<ExitCode> {
                 &mut |line| eprintln!("{line}"),
             )?;
             println!("{}", crate::bench::train_table(&rows));
+            serde_json::to_string_pretty(&rows)?
+        }
+        "loader" => {
+            let rows = bench_loader(&args)?;
+            println!("{}", crate::loader_bench::table(&rows));
             serde_json::to_string_pretty(&rows)?
         }
         "ui" => {

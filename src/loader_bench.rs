@@ -1,0 +1,182 @@
+//! `vramfit bench loader`: the input pipeline alone (no model), so a reader can compare what it
+//! delivers with what training consumes (`vramfit bench train`). It generates JPEG photos at
+//! typical camera sizes itself (12 MP and 2 MP, a smooth gradient with noise, so they compress
+//! and decode like photos), and also measures the bundled data.
+//!
+//! Per source set and preprocess mode: the CPU time per image of each stage (decode, resize,
+//! augment, normalize) in one thread, the upload of a batch to the device per image, and the
+//! images per second the loader delivers with each worker count.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Instant;
+
+use rand::{Rng, SeedableRng};
+use serde::Serialize;
+
+use crate::config::Config;
+use crate::dataset::{Dataset, Sample, SampleSource};
+use crate::device::SelectedDevice;
+use crate::error::{Error, Result};
+use crate::loader::{self, SamplePipeline, StageTimes};
+use crate::preprocess::PreprocessMode;
+
+/// One row of `bench loader`.
+#[derive(Clone, Debug, Serialize)]
+pub struct LoaderBenchRow {
+    /// The images, e.g. "12 MP JPEG (4000x3000)".
+    pub source: String,
+    /// Preprocess mode and sizes, e.g. "resize_and_crop 256/224".
+    pub mode: String,
+    /// Milliseconds of CPU per image in each stage (one thread, training pipeline).
+    pub ms_per_image: StageTimes,
+    /// Milliseconds per image to upload a batch of 16 to the device and wait for it.
+    pub upload_ms_per_image: f64,
+    /// (worker threads, images per second the loader delivers).
+    pub images_per_sec: Vec<(usize, f64)>,
+}
+
+/// Writes `count` JPEGs of `width` x `height` into `dir` (quality 90): a diagonal gradient per
+/// image with pixel noise, so they compress and decode like photos rather than flat colour.
+///
+/// # Errors
+/// [`Error::Io`] naming the file that cannot be written.
+pub fn write_photos(dir: &Path, width: u32, height: u32, count: usize, seed: u64) -> Result<Vec<std::path::PathBuf>> {
+    std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
+    let mut rng = rand::rngs::SmallRng::seed_from_u64(seed);
+    (0..count)
+        .map(|i| {
+            let tint: [f32; 3] = [rng.random_range(0.3..1.0), rng.random_range(0.3..1.0), rng.random_range(0.3..1.0)];
+            let img = image::RgbImage::from_fn(width, height, |x, y| {
+                let t = (x + y) as f32 / (width + height) as f32;
+                let noise = rng.random_range(-12i16..12);
+                image::Rgb(tint.map(|k| ((255.0 * k * t) as i16 + noise).clamp(0, 255) as u8))
+            });
+            let path = dir.join(format!("photo_{i:03}.jpg"));
+            let file = std::fs::File::create(&path).map_err(|e| Error::io(&path, e))?;
+            let mut encoder = image::codecs::jpeg::JpegEncoder::new_with_quality(std::io::BufWriter::new(file), 90);
+            encoder.encode_image(&img).map_err(|e| Error::io(&path, e))?;
+            Ok(path)
+        })
+        .collect()
+}
+
+/// Measures one source set in one mode: stage times over `samples` (one thread), the upload,
+/// and the loader's throughput for each of `workers`.
+///
+/// # Errors
+/// [`Error::Preprocess`] / [`Error::Image`] when a sample cannot be loaded; [`Error::Device`]
+/// when the upload fails.
+pub fn measure(
+    source: &str,
+    dataset: Dataset,
+    config: &Config,
+    device: &SelectedDevice,
+    workers: &[usize],
+) -> Result<LoaderBenchRow> {
+    let pipe = SamplePipeline::from_config(config, true);
+    let mut rng = rand::rngs::SmallRng::seed_from_u64(1);
+    let mut times = StageTimes::default();
+    for sample in &dataset.samples {
+        let t = Instant::now();
+        let img = pipe.decode(&sample.source).map_err(Error::Preprocess)?;
+        times.decode += t.elapsed().as_secs_f64();
+        pipe.tensor_from_image_timed(&img, &mut rng, &mut times).map_err(Error::Preprocess)?;
+    }
+    let n = dataset.samples.len().max(1) as f64;
+    let per_image_ms = |s: f64| 1000.0 * s / n;
+    let ms_per_image = StageTimes {
+        decode: per_image_ms(times.decode),
+        resize: per_image_ms(times.resize),
+        augment: per_image_ms(times.augment),
+        normalize: per_image_ms(times.normalize),
+    };
+    let dataset = Arc::new(dataset);
+    let pipe = Arc::new(pipe);
+    let order = Arc::new((0..dataset.samples.len()).collect::<Vec<_>>());
+    let batch_size = 16.min(dataset.samples.len()).max(1);
+    // Upload: the first batch, to the device, synchronized.
+    let first = loader::batches(dataset.clone(), pipe.clone(), order.clone(), batch_size, 0, 7, 1, 2).next();
+    let upload_ms_per_image = match first {
+        Some(batch) if !batch.is_empty() => {
+            let images = batch.len();
+            let t = Instant::now();
+            let (x, labels) = crate::eval::batch_tensors(batch, &device.device);
+            device.device.sync().map_err(|e| Error::device(&e))?;
+            drop((x, labels));
+            1000.0 * t.elapsed().as_secs_f64() / images as f64
+        }
+        _ => f64::NAN,
+    };
+    let mut images_per_sec = Vec::new();
+    for &w in workers {
+        let t = Instant::now();
+        let images: usize = loader::batches(dataset.clone(), pipe.clone(), order.clone(), batch_size, 0, 7, w, 4)
+            .map(|b| b.len())
+            .sum();
+        images_per_sec.push((w, images as f64 / t.elapsed().as_secs_f64().max(1e-9)));
+    }
+    let p = &config.data.preprocess;
+    let mode = match p.mode {
+        PreprocessMode::None => "none".to_string(),
+        m => format!("{} {}/{}", m.name(), p.load_size, p.crop_size),
+    };
+    Ok(LoaderBenchRow { source: source.into(), mode, ms_per_image, upload_ms_per_image, images_per_sec })
+}
+
+/// A dataset of `paths`, all labelled 0 (the loader needs no classes).
+pub fn dataset_of(paths: Vec<std::path::PathBuf>) -> Dataset {
+    Dataset {
+        class_names: vec!["photos".into()],
+        samples: paths.into_iter().map(|p| Sample { source: SampleSource::File(p), label: 0 }).collect(),
+    }
+}
+
+/// The rows as a Markdown table (milliseconds per image; images per second per worker count).
+pub fn table(rows: &[LoaderBenchRow]) -> String {
+    let workers: Vec<usize> =
+        rows.first().map(|r| r.images_per_sec.iter().map(|(w, _)| *w).collect()).unwrap_or_default();
+    let mut s = String::from("| images | mode | decode ms | resize ms | augment ms | normalize ms | upload ms |");
+    for w in &workers {
+        s.push_str(&format!(" img/s, {w} worker{} |", if *w == 1 { "" } else { "s" }));
+    }
+    s.push_str("\n|---|---|---|---|---|---|---|");
+    s.push_str(&"---|".repeat(workers.len()));
+    for r in rows {
+        let t = &r.ms_per_image;
+        s.push_str(&format!(
+            "\n| {} | {} | {:.2} | {:.2} | {:.2} | {:.2} | {:.3} |",
+            r.source, r.mode, t.decode, t.resize, t.augment, t.normalize, r.upload_ms_per_image
+        ));
+        for (_, ips) in &r.images_per_sec {
+            s.push_str(&format!(" {ips:.0} |"));
+        }
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn generated_photos_decode_at_their_size_and_timing_changes_no_pixel() {
+        let dir = tempfile::tempdir().unwrap();
+        let paths = write_photos(dir.path(), 320, 240, 2, 5).unwrap();
+        let mut config = crate::presets::load_config("8gb").unwrap();
+        config.set("data.preprocess.load_size=128").unwrap();
+        config.set("data.preprocess.crop_size=112").unwrap();
+        let pipe = SamplePipeline::from_config(&config, true);
+        for path in &paths {
+            let img = pipe.decode(&SampleSource::File(path.clone())).unwrap();
+            assert_eq!(img.dimensions(), (320, 240));
+            assert!(!crate::image_io::is_flat(&img), "a gradient with noise, not a flat colour");
+            let mut times = StageTimes::default();
+            let seeded = || rand::rngs::SmallRng::seed_from_u64(9);
+            let timed = pipe.tensor_from_image_timed(&img, &mut seeded(), &mut times).unwrap();
+            assert_eq!(timed, pipe.tensor_from_image(&img, &mut seeded()).unwrap(), "timing changes nothing");
+            assert_eq!((timed.1, timed.2), (112, 112));
+            assert!(times.resize > 0.0 && times.normalize > 0.0 && times.augment >= 0.0, "{times:?}");
+        }
+    }
+}
