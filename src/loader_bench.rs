@@ -164,8 +164,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let paths = write_photos(dir.path(), 320, 240, 2, 5).unwrap();
         let mut config = crate::presets::load_config("8gb").unwrap();
-        config.set("data.preprocess.load_size=128").unwrap();
-        config.set("data.preprocess.crop_size=112").unwrap();
+        config.set_all(&["data.preprocess.load_size=128".into(), "data.preprocess.crop_size=112".into()]).unwrap();
         let pipe = SamplePipeline::from_config(&config, true);
         for path in &paths {
             let img = pipe.decode(&SampleSource::File(path.clone())).unwrap();
