@@ -111,8 +111,10 @@ pub struct DataConfig {
     /// Fraction of a folder dataset without `val/` held out for validation, 0 to 0.5.
     pub val_fraction: f64,
     /// Per-channel mean subtracted after scaling pixels to 0..1 (RGB order).
+    #[serde(serialize_with = "f32_array_shortest")]
     pub mean: [f32; 3],
     /// Per-channel standard deviation divided by after the mean (RGB order).
+    #[serde(serialize_with = "f32_array_shortest")]
     pub std: [f32; 3],
     /// Images whose header claims more pixels than this are rejected before decoding.
     pub max_image_pixels: u64,
@@ -151,8 +153,10 @@ pub struct AugmentConfig {
     /// Horizontal flip with probability 0.5.
     pub hflip: bool,
     /// Brightness/contrast/saturation jitter strength (0 = off, 0.4 = torchvision's usual).
+    #[serde(serialize_with = "f32_shortest")]
     pub color_jitter: f32,
     /// Probability of erasing one random rectangle (Zhong et al. 2017), 0 = off.
+    #[serde(serialize_with = "f32_shortest")]
     pub random_erasing: f32,
 }
 
@@ -189,8 +193,10 @@ pub struct TrainConfig {
     /// Recompute memory-bound activations in backward instead of keeping them.
     pub checkpointing: bool,
     /// Label smoothing epsilon of the cross-entropy (Szegedy et al. 2016), 0 to 0.5.
+    #[serde(serialize_with = "f32_shortest")]
     pub label_smoothing: f32,
     /// Global L2 norm the whole gradient is clipped to (0 = off), as `torch.nn.utils.clip_grad_norm_`.
+    #[serde(serialize_with = "f32_shortest")]
     pub grad_clip_norm: f32,
     /// Sample device memory every this many optimizer steps (sampling synchronizes the device).
     pub memory_sample_every: usize,
@@ -235,10 +241,13 @@ pub struct OptimizerConfig {
     /// Learning rate at the end of the cosine, as a fraction of `lr`.
     pub min_lr_ratio: f64,
     /// Adam's first-moment decay.
+    #[serde(serialize_with = "f32_shortest")]
     pub beta1: f32,
     /// Adam's second-moment decay.
+    #[serde(serialize_with = "f32_shortest")]
     pub beta2: f32,
     /// Adam's epsilon.
+    #[serde(serialize_with = "f32_shortest")]
     pub epsilon: f32,
 }
 
@@ -520,6 +529,22 @@ impl Config {
     }
 }
 
+/// Writes an f32 as the f64 of its shortest decimal form, so `config.toml` says `0.1`, not the
+/// `0.10000000149011612` that widening the f32 gives.
+fn f32_shortest<S: serde::Serializer>(v: &f32, s: S) -> std::result::Result<S::Ok, S::Error> {
+    s.serialize_f64(v.to_string().parse().unwrap_or(f64::from(*v)))
+}
+
+/// [`f32_shortest`] for each of three values.
+fn f32_array_shortest<S: serde::Serializer>(v: &[f32; 3], s: S) -> std::result::Result<S::Ok, S::Error> {
+    use serde::ser::SerializeTuple;
+    let mut t = s.serialize_tuple(3)?;
+    for x in v {
+        t.serialize_element(&x.to_string().parse::<f64>().unwrap_or(f64::from(*x)))?;
+    }
+    t.end()
+}
+
 fn one_line(s: &str) -> String {
     s.split_whitespace().collect::<Vec<_>>().join(" ")
 }
@@ -558,5 +583,11 @@ mod tests {
     fn toml_round_trip() {
         let c = Config::default();
         assert_eq!(Config::from_toml(&c.to_toml(), "rt").unwrap(), c);
+        // f32 keys are written in their shortest form, and still round-trip exactly.
+        let q = crate::presets::load_config("quickstart").unwrap();
+        let text = q.to_toml();
+        assert!(text.contains("label_smoothing = 0.1\n") && text.contains("epsilon = 0.00000001"), "{text}");
+        assert!(text.contains("mean = [\n    0.286,") || text.contains("mean = [0.286, "), "{text}");
+        assert_eq!(Config::from_toml(&text, "rt").unwrap(), q);
     }
 }
