@@ -5,7 +5,7 @@
 //! [`config::Config`], a [`dataset::Splits`] and a [`device::SelectedDevice`], reports
 //! [`events::Event`]s to a callback and obeys an [`events::StopSignal`]. File access and threads
 //! live at the edges ([`image_io::load_image`], [`loader`], [`checkpoint`], [`export`]).
-#![warn(missing_docs)]
+#![deny(missing_docs)]
 
 pub mod augment;
 pub mod bench;
