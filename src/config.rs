@@ -532,7 +532,7 @@ impl Config {
 /// Writes an f32 as the f64 of its shortest decimal form, so `config.toml` says `0.1`, not the
 /// `0.10000000149011612` that widening the f32 gives.
 fn f32_shortest<S: serde::Serializer>(v: &f32, s: S) -> std::result::Result<S::Ok, S::Error> {
-    s.serialize_f64(v.to_string().parse().unwrap_or(f64::from(*v)))
+    s.serialize_f64(shortest_f64(*v))
 }
 
 /// [`f32_shortest`] for each of three values.
@@ -540,13 +540,21 @@ fn f32_array_shortest<S: serde::Serializer>(v: &[f32; 3], s: S) -> std::result::
     use serde::ser::SerializeTuple;
     let mut t = s.serialize_tuple(3)?;
     for x in v {
-        t.serialize_element(&x.to_string().parse::<f64>().unwrap_or(f64::from(*x)))?;
+        t.serialize_element(&shortest_f64(*x))?;
     }
     t.end()
 }
 
-fn one_line(s: &str) -> String {
-    s.split_whitespace().collect::<Vec<_>>().join(" ")
+/// The f64 whose decimal form is the f32's shortest one (0.1f32 -> 0.1).
+fn shortest_f64(v: f32) -> f64 {
+    v.to_string().parse().unwrap_or(f64::from(v))
+}
+
+/// One line from a multi-line parser message (TOML errors span several lines), control
+/// characters (a NUL from a damaged file) shown escaped.
+pub(crate) fn one_line(text: &str) -> String {
+    let joined = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    joined.chars().flat_map(|c| if c.is_control() { c.escape_default().collect() } else { vec![c] }).collect()
 }
 
 #[cfg(test)]

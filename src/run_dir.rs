@@ -17,7 +17,7 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-use crate::config::Config;
+use crate::config::{Config, one_line};
 use crate::error::{Error, Result};
 
 /// The run's config.
@@ -202,17 +202,6 @@ pub fn load_config(run: &Path) -> Result<(Config, Vec<String>)> {
         toml::Value::Table(merged).try_into().map_err(|e: toml::de::Error| err(one_line(&e.to_string())))?;
     config.validate().map_err(err)?;
     Ok((config, notes))
-}
-
-/// One line from a multi-line parser message, control characters (a NUL from a damaged file)
-/// shown escaped.
-fn one_line(text: &str) -> String {
-    let words: Vec<&str> = text.split_whitespace().collect();
-    words
-        .join(" ")
-        .chars()
-        .flat_map(|c| if c.is_control() { c.escape_default().collect::<Vec<_>>() } else { vec![c] })
-        .collect()
 }
 
 /// Keeps a copy of a run's `config.toml` as `config.previous.toml` when this version cannot

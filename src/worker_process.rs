@@ -20,7 +20,7 @@ use std::ffi::OsString;
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
-use std::sync::mpsc::{Receiver, Sender, channel};
+use std::sync::mpsc::Sender;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use crate::events::Event;
@@ -253,9 +253,4 @@ fn signal_of(status: &ExitStatus) -> Option<i32> {
 #[cfg(not(unix))]
 fn signal_of(_status: &ExitStatus) -> Option<i32> {
     None
-}
-
-/// A receiver for [`WorkerProcess::spawn`]'s output and its sender.
-pub fn output_channel() -> (Sender<Output>, Receiver<Output>) {
-    channel()
 }

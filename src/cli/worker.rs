@@ -62,7 +62,7 @@ pub fn train_in_child(out: &Path, out_given: bool, gpu: bool) -> anyhow::Result<
     args.push("--worker".into());
     // Ctrl-C is for the child (it stops with a checkpoint); the parent waits for it.
     let _ = ctrlc::set_handler(|| {});
-    let (tx, rx) = crate::worker_process::output_channel();
+    let (tx, rx) = std::sync::mpsc::channel();
     let mut child =
         WorkerProcess::spawn(&exe, &args, &[], out, gpu, tx, || {}).context("cannot start the training process")?;
     let (mut renderer, mut epochs) = (Renderer::default(), 0);

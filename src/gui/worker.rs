@@ -84,7 +84,8 @@ impl TrainingSpec {
 pub struct TrainingJob {
     process: WorkerProcess,
     output: Receiver<Output>,
-    config_file: tempfile::TempPath,
+    /// The new run's config, read by the worker at its start; deleted when the job is dropped.
+    _config_file: tempfile::TempPath,
     finished: Option<RunEnd>,
 }
 
@@ -109,11 +110,11 @@ impl TrainingJob {
         let mut file = tempfile::Builder::new().prefix("vramfit-app-").suffix(".toml").tempfile()?;
         std::io::Write::write_all(&mut file, spec.config.to_toml().as_bytes())?;
         let config_file = file.into_temp_path();
-        let (tx, output) = crate::worker_process::output_channel();
+        let (tx, output) = std::sync::mpsc::channel();
         let gpu = matches!(spec.device, DeviceChoice::Gpu(_));
         let process =
             WorkerProcess::spawn(&launch.exe, &spec.args(&config_file), &launch.env, &spec.out_dir, gpu, tx, repaint)?;
-        Ok(Self { process, output, config_file, finished: None })
+        Ok(Self { process, output, _config_file: config_file, finished: None })
     }
 
     /// Moves the memory budget of the running job (bytes); it acts at its next memory sample.
@@ -144,7 +145,6 @@ impl TrainingJob {
     /// How the job ended, once the worker has exited and its output is read (never blocks).
     pub fn try_finish(&mut self) -> Option<JobEnd> {
         let end = self.process.try_end()?;
-        let _ = &self.config_file; // removed when the job is dropped
         Some(match end {
             End::Done => match self.finished.take() {
                 Some(run) => JobEnd::Done(run),

@@ -10,14 +10,7 @@ fn c18_a_damaged_newest_checkpoint_falls_back_to_the_previous_one() {
     // 10 training images at batch 2: 5 steps an epoch, a checkpoint after each epoch.
     let (ok, log) = cli_train(&data, &run, &["--epochs", "3", "--batch-size", "2"]);
     assert!(ok, "{log}");
-    let mut kept: Vec<String> = std::fs::read_dir(run.join("checkpoints"))
-        .unwrap()
-        .flatten()
-        .map(|e| e.file_name().to_string_lossy().to_string())
-        .filter(|n| n.starts_with("step-"))
-        .collect();
-    kept.sort();
-    assert_eq!(kept, ["step-00000010", "step-00000015"], "the two newest are kept");
+    assert_eq!(checkpoint_names(&run), ["step-00000010", "step-00000015"], "the two newest are kept");
     assert!(vramfit::checkpoint::verify(&run.join("checkpoints/step-00000015"), false).is_ok());
 
     // The weights of the newest emptied (a full disk): resume names the file and uses step 10.
@@ -33,14 +26,11 @@ fn c18_a_damaged_newest_checkpoint_falls_back_to_the_previous_one() {
     let (ok, log) = cli_train(&data, &emptied, &["--resume", "--epochs", "4", "--max-steps", "12"]);
     assert!(ok, "{log}");
     assert!(log.contains("step-00000015/model.bpk is damaged (0 bytes"), "{log}");
-    let mut kept: Vec<String> = std::fs::read_dir(emptied.join("checkpoints"))
-        .unwrap()
-        .flatten()
-        .map(|e| e.file_name().to_string_lossy().to_string())
-        .filter(|n| n.starts_with("step-"))
-        .collect();
-    kept.sort();
-    assert_eq!(kept, ["step-00000010", "step-00000012"], "the damaged one goes, the intact fallback stays");
+    assert_eq!(
+        checkpoint_names(&emptied),
+        ["step-00000010", "step-00000012"],
+        "the damaged one goes, the intact fallback stays"
+    );
     let (ok, log) = cli_train(&data, &emptied, &["--resume", "--epochs", "4"]);
     assert!(ok, "{log}");
     assert_eq!(metric_steps(&emptied), (1..=20).collect::<Vec<_>>(), "each step exactly once");
@@ -240,4 +230,16 @@ fn sigkill_at_20_points_then_resume_finishes_with_every_step_once() {
         outcomes.push(format!("kill@{point}: resumed from step {resumed_from}"));
     }
     eprintln!("{}", outcomes.join("\n"));
+}
+
+/// The checkpoint folders of a run, sorted (`step-00000010`, ...).
+fn checkpoint_names(run: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(run.join("checkpoints"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().to_string())
+        .filter(|n| n.starts_with("step-"))
+        .collect();
+    names.sort();
+    names
 }
