@@ -1,5 +1,5 @@
-//! Benchmarks behind `vramfit bench`: training/inference throughput per backend, and predicted
-//! vs measured memory over a grid of batch sizes, image sizes, precisions and checkpointing.
+//! Benchmarks behind `vramfit bench train`: training and inference throughput per backend
+//! (`bench memory` is in [`crate::memory_bench`], `bench loader` in [`crate::loader_bench`]).
 
 use std::time::Instant;
 
@@ -8,7 +8,7 @@ use serde::Serialize;
 use crate::config::{Config, Precision};
 use crate::device::{self, CpuBackend, DeviceChoice, SelectedDevice};
 use crate::error::Result;
-use crate::memory::{self, human_bytes};
+use crate::memory::human_bytes;
 use crate::model::{forward_flops, layer_plan};
 
 /// Classes used by the synthetic benchmarks.
@@ -171,184 +171,6 @@ pub fn train_table(rows: &[TrainBenchRow]) -> String {
             r.peak_bytes_in_use.map_or("n/a (CPU)".into(), human_bytes),
             r.latency_224_ms
         ));
-    }
-    s
-}
-
-/// The cells of `bench memory`.
-#[derive(Clone, Debug)]
-pub struct MemoryGrid {
-    /// Micro-batch sizes.
-    pub batch_sizes: Vec<usize>,
-    /// Image sides in pixels.
-    pub image_px: Vec<usize>,
-    /// Precisions.
-    pub precisions: Vec<Precision>,
-    /// Checkpointing settings.
-    pub checkpointing: Vec<bool>,
-}
-
-impl MemoryGrid {
-    /// `full`: batch {4, 8, 16, 32} x {64, 128, 224} px x {f32, f16} x checkpointing {off, on};
-    /// `small`: batch {4, 8} x {32, 64} px x {f32, f16} x {off, on}; `tiny`: batch 8, 64 px, f32 and
-    /// f16, checkpointing off and on (the CI test on a software adapter).
-    pub fn named(name: &str) -> Option<Self> {
-        match name {
-            "full" => Some(Self {
-                batch_sizes: vec![4, 8, 16, 32],
-                image_px: vec![64, 128, 224],
-                precisions: vec![Precision::F32, Precision::F16],
-                checkpointing: vec![false, true],
-            }),
-            "small" => Some(Self {
-                batch_sizes: vec![4, 8],
-                image_px: vec![32, 64],
-                precisions: vec![Precision::F32, Precision::F16],
-                checkpointing: vec![false, true],
-            }),
-            "tiny" => Some(Self {
-                batch_sizes: vec![8],
-                image_px: vec![64],
-                precisions: vec![Precision::F32, Precision::F16],
-                checkpointing: vec![false, true],
-            }),
-            _ => None,
-        }
-    }
-}
-
-/// One cell of `bench memory`.
-#[derive(Clone, Debug, Serialize)]
-pub struct MemoryBenchRow {
-    /// Micro-batch.
-    pub batch_size: usize,
-    /// Image side in pixels.
-    pub image_px: usize,
-    /// Precision.
-    pub precision: String,
-    /// Checkpointing on.
-    pub checkpointing: bool,
-    /// Predicted peak bytes (reserved, what the budget is checked against).
-    pub predicted_bytes: u64,
-    /// Predicted bytes_in_use at the end of the forward pass.
-    pub predicted_in_use_bytes: u64,
-    /// Measured peak bytes_reserved.
-    pub measured_reserved_bytes: u64,
-    /// Measured peak bytes_in_use (after forward).
-    pub measured_in_use_bytes: u64,
-    /// Predicted bytes of activations kept for backward.
-    pub predicted_activation_bytes: u64,
-    /// Measured activations: measured bytes_in_use after forward minus the terms that are not
-    /// activations (parameters, AdamW state, f16 weight copies, input: exact sizes).
-    pub measured_activation_bytes: u64,
-    /// (predicted in use - measured in use) / measured in use, in percent: both at the end of the
-    /// forward pass, where the training peak begins.
-    pub error_percent: f64,
-    /// Why the cell was skipped.
-    pub skipped: Option<String>,
-}
-
-/// Runs the memory grid on `device` with `base`'s network.
-///
-/// # Errors
-/// None of its own; failing cells are reported as skipped.
-pub fn bench_memory(
-    base: &Config,
-    device: &SelectedDevice,
-    grid: &MemoryGrid,
-    steps: usize,
-    log: &mut dyn FnMut(String),
-) -> Result<Vec<MemoryBenchRow>> {
-    let mut rows = Vec::new();
-    for &precision in &grid.precisions {
-        for &checkpointing in &grid.checkpointing {
-            for &px in &grid.image_px {
-                for &batch in &grid.batch_sizes {
-                    let mut c = base.clone();
-                    c.train.batch_size = batch;
-                    c.train.grad_accum_steps = 1;
-                    c.train.precision = precision;
-                    c.train.checkpointing = checkpointing;
-                    c.data.preprocess.crop_size = px;
-                    c.data.preprocess.load_size = px;
-                    let est = memory::estimate(&c, batch, BENCH_CLASSES);
-                    let mut row = MemoryBenchRow {
-                        batch_size: batch,
-                        image_px: px,
-                        precision: format!("{precision:?}").to_lowercase(),
-                        checkpointing,
-                        predicted_bytes: est.total,
-                        predicted_in_use_bytes: est.in_use_after_forward,
-                        measured_reserved_bytes: 0,
-                        measured_in_use_bytes: 0,
-                        predicted_activation_bytes: est.activations(),
-                        measured_activation_bytes: 0,
-                        error_percent: f64::NAN,
-                        skipped: None,
-                    };
-                    if precision == Precision::F16 && !device.supports_f16() {
-                        row.skipped = Some("adapter has no shader f16".into());
-                    } else if let Some(a) =
-                        device.adapter.as_ref().filter(|a| est.largest_tensor > a.max_storage_buffer_binding_size)
-                    {
-                        row.skipped = Some(format!(
-                            "largest tensor {} over the adapter's {} buffer limit",
-                            human_bytes(est.largest_tensor),
-                            human_bytes(a.max_storage_buffer_binding_size)
-                        ));
-                    } else {
-                        device.device.memory_cleanup();
-                        match crate::train::measure_training(&c, device, BENCH_CLASSES, 1, steps, true) {
-                            Ok((_, mem)) => {
-                                row.measured_reserved_bytes = mem.peak_bytes_reserved;
-                                row.measured_in_use_bytes = mem.peak_bytes_in_use;
-                                let fixed = est.in_use_after_forward - est.activations();
-                                row.measured_activation_bytes = mem.peak_bytes_in_use.saturating_sub(fixed);
-                                row.error_percent = (est.in_use_after_forward as f64 - mem.peak_bytes_in_use as f64)
-                                    / mem.peak_bytes_in_use.max(1) as f64
-                                    * 100.0;
-                            }
-                            Err(e) => row.skipped = Some(e.to_string()),
-                        }
-                    }
-                    log(format!("{:?}", row));
-                    rows.push(row);
-                }
-            }
-        }
-    }
-    Ok(rows)
-}
-
-/// `bench memory` rows as a Markdown table.
-pub fn memory_table(rows: &[MemoryBenchRow]) -> String {
-    let mut s = String::from(
-        "| batch | px | precision | checkpointing | predicted in use | measured in use | error | predicted peak (budget) | measured reserved |\n|---|---|---|---|---|---|---|---|---|\n",
-    );
-    for r in rows {
-        match &r.skipped {
-            Some(why) => s.push_str(&format!(
-                "| {} | {} | {} | {} | {} | skipped: {why} | | {} | |\n",
-                r.batch_size,
-                r.image_px,
-                r.precision,
-                r.checkpointing,
-                human_bytes(r.predicted_in_use_bytes),
-                human_bytes(r.predicted_bytes)
-            )),
-            None => s.push_str(&format!(
-                "| {} | {} | {} | {} | {} | {} | {:+.1}% | {} | {} |\n",
-                r.batch_size,
-                r.image_px,
-                r.precision,
-                r.checkpointing,
-                human_bytes(r.predicted_in_use_bytes),
-                human_bytes(r.measured_in_use_bytes),
-                r.error_percent,
-                human_bytes(r.predicted_bytes),
-                human_bytes(r.measured_reserved_bytes)
-            )),
-        }
     }
     s
 }

@@ -271,11 +271,16 @@ impl Default for OptimizerConfig {
 pub struct MemoryConfig {
     /// Device bytes the run may use at its peak (the tier: 4, 6, 8 or 12 GiB).
     pub memory_budget_bytes: u64,
+    /// Emulate a card of exactly `memory_budget_bytes` (a tier on a larger card or a software
+    /// adapter): a step after which the device's reserved bytes exceed the budget fails as out of
+    /// memory, is not applied, and is retried at half the micro-batch, as on such a card. Costs
+    /// one device synchronization per step.
+    pub cap_to_budget: bool,
 }
 
 impl Default for MemoryConfig {
     fn default() -> Self {
-        Self { memory_budget_bytes: 8 << 30 }
+        Self { memory_budget_bytes: 8 << 30, cap_to_budget: false }
     }
 }
 

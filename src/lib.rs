@@ -27,6 +27,7 @@ pub mod infer;
 pub mod loader;
 pub mod loader_bench;
 pub mod memory;
+pub mod memory_bench;
 pub mod model;
 pub mod onnx;
 pub mod precision;

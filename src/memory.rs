@@ -11,8 +11,27 @@
 //! | f16 weight copies | `2 P` in f16 | the casts the forward pass computes with |
 //! | input batch | `4 B 3 H W` | f32 normalized images on the device |
 //! | activations | `B x sum(out_elems x saved_bytes_per_elem)` per layer | what autodiff keeps for backward (below) |
-//! | workspace | `2 x 4 B x largest layer output` | the largest op's output gradient plus one temporary |
-//! | allocator | `(sum) x ALLOCATOR_OVERHEAD` | page rounding and free space inside pool pages |
+//! | workspace | `2 x 4 B x largest layer output` | the backward pass's working set: the largest op's output gradient plus one temporary, or with checkpointing the segment recomputed from a kept convolution output |
+//! | allocator | `SMALL_POOL_PAGE + POOL_SLACK_PAGES x page_size` | the pools' reserved pages beyond the bytes in use (below) |
+//!
+//! The sum of all terms but the allocator is the peak of bytes in use, reached in the backward
+//! pass. With checkpointing that peak sits above the end of the forward pass by the recomputed
+//! segment (measured with a [`MemoryProbe`] reading during the whole step: 178 -> 210 MiB for the
+//! 12gb network at batch 32, 128 px, f32, i.e. the first gradients plus 0.9 of one f32 tensor of
+//! the largest layer; without checkpointing the peak is the end of the forward pass, as the
+//! gradients are allocated while activations are freed). The workspace term covers both.
+//!
+//! # Page rounding
+//! What a card runs out of is reserved bytes. cubecl 0.11's default `Adaptive` memory
+//! (`cubecl-server/src/memory_management/dynamic/`) serves allocations up to 64 KiB from one
+//! sliced pool of 8 MiB pages ([`SMALL_POOL_PAGE`]), and carves everything larger from pages
+//! sized to the largest allocation served so far plus 1 MiB, rounded up to the MiB
+//! ([`page_size`]). Freed slices leave holes that a later, larger tensor cannot use, so the pools
+//! hold some partly used pages beyond the bytes in use: measured over `vramfit bench memory
+//! --fresh` on lavapipe (`reserved - peak in use`), that slack is 4.0-4.5 pages at 128 px and
+//! 3-6 pages of the 2 MiB minimum at 64 px, whatever the precision and checkpointing. The plan
+//! counts [`POOL_SLACK_PAGES`] = 5 pages: a flat percentage cannot fit both, since the slack
+//! grows with the largest tensor, not with the total.
 //!
 //! Saved bytes per output element of a conv -> GroupNorm -> activation layer (`s` below) are what
 //! burn 0.22's autodiff keeps for backward: the convolution's input, GroupNorm's centred input
@@ -37,9 +56,20 @@ use serde::Serialize;
 use crate::config::{Config, Precision};
 use crate::model::{LayerKind, layer_plan, param_count};
 
-/// Multiplier for the allocator's page rounding and free space (bytes_reserved / bytes_in_use
-/// at the peak, as measured on lavapipe and discrete GPUs with burn's sliced pools).
-pub const ALLOCATOR_OVERHEAD: f64 = 0.15;
+/// Page size of cubecl's pool for allocations up to 64 KiB (kernel metadata, scalars, small
+/// tensors): one page of it is always reserved.
+pub const SMALL_POOL_PAGE: u64 = 8 << 20;
+
+/// Partly used pages the pools hold beyond the bytes in use at the peak (see "Page rounding").
+pub const POOL_SLACK_PAGES: u64 = 5;
+
+/// The page size cubecl's adaptive pools carve once a tensor of `largest_tensor` bytes has been
+/// allocated: the tensor plus 1 MiB of slack, rounded up to the MiB, at least 2 MiB
+/// (`PageSizing::fit` in cubecl-server 0.11's `dynamic/arena.rs`).
+pub fn page_size(largest_tensor: u64) -> u64 {
+    const MIB: u64 = 1 << 20;
+    (largest_tensor + MIB).next_multiple_of(MIB).max(2 * MIB)
+}
 
 /// The predicted peak, term by term (bytes).
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
@@ -58,14 +88,19 @@ pub struct MemoryEstimate {
     pub activations_per_stage: Vec<u64>,
     /// Largest op's temporaries.
     pub workspace: u64,
-    /// Allocator overhead.
+    /// Reserved bytes beyond the peak in use: one small-pool page plus [`POOL_SLACK_PAGES`] pages
+    /// of [`page_size`].
     pub allocator_overhead: u64,
+    /// The pools' page size for this run ([`page_size`] of the largest tensor).
+    pub page_size: u64,
+    /// Bytes in use at the peak, inside the backward pass: every term but the allocator's.
+    pub peak_in_use: u64,
     /// Bytes held by live tensors at the end of the forward pass (parameters, AdamW state, the
     /// accumulation buffer, f16 casts, input and saved activations): what `bytes_in_use`
     /// sampled there measures, the lower bracket of the peak (see `shared/MEASURING.md`).
     pub in_use_after_forward: u64,
-    /// Sum of all terms including the first gradients, the workspace and the allocator: the
-    /// predicted peak of bytes reserved on the device, compared with the budget.
+    /// The predicted peak of bytes reserved on the device (`peak_in_use + allocator_overhead`),
+    /// compared with the budget.
     pub total: u64,
     /// Bytes of the largest single tensor (checked against the adapter's buffer limit).
     pub largest_tensor: u64,
@@ -124,8 +159,9 @@ pub fn estimate(config: &Config, batch_size: usize, num_classes: usize) -> Memor
     let accumulation_buffer = gradients - 4 * p;
     let in_use_after_forward =
         parameters + optimizer_state + accumulation_buffer + weight_casts + input_batch + activations;
-    let sum = parameters + gradients + optimizer_state + weight_casts + input_batch + activations + workspace;
-    let allocator_overhead = (sum as f64 * ALLOCATOR_OVERHEAD) as u64;
+    let peak_in_use = parameters + gradients + optimizer_state + weight_casts + input_batch + activations + workspace;
+    let page_size = page_size(largest_tensor);
+    let allocator_overhead = SMALL_POOL_PAGE + POOL_SLACK_PAGES * page_size;
     MemoryEstimate {
         in_use_after_forward,
         parameters,
@@ -136,7 +172,9 @@ pub fn estimate(config: &Config, batch_size: usize, num_classes: usize) -> Memor
         activations_per_stage,
         workspace,
         allocator_overhead,
-        total: sum + allocator_overhead,
+        page_size,
+        peak_in_use,
+        total: peak_in_use + allocator_overhead,
         largest_tensor,
     }
 }
@@ -301,6 +339,67 @@ impl MemoryTracker {
             self.pools_high_water = self.pools_high_water.max(hw);
         }
         Some((in_use, reserved))
+    }
+}
+
+/// Samples a device's memory from a thread of its own while the caller's thread computes, so
+/// the peaks inside the backward pass (where recomputed checkpoint segments live) are seen, not
+/// only the state between steps. Each reading drains the device's queue, so a probe slows the
+/// work it watches: it is for benchmarks and the memory cap, not for every run.
+pub struct MemoryProbe {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<std::thread::JoinHandle<ProbePeaks>>,
+}
+
+/// The largest values a [`MemoryProbe`] saw (bytes).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
+pub struct ProbePeaks {
+    /// Largest `bytes_in_use` read.
+    pub bytes_in_use: u64,
+    /// Largest `bytes_reserved` read.
+    pub bytes_reserved: u64,
+    /// Readings taken.
+    pub samples: u64,
+}
+
+impl MemoryProbe {
+    /// Starts reading `device` every `interval` (a reading takes as long as the device's queue
+    /// takes to drain). Returns `None` on backends without pools (CPU).
+    pub fn start(device: &burn::tensor::Device, interval: std::time::Duration) -> Option<Self> {
+        sample(device)?;
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (device, flag) = (device.clone(), stop.clone());
+        let thread = std::thread::spawn(move || {
+            let mut peaks = ProbePeaks::default();
+            loop {
+                let done = flag.load(std::sync::atomic::Ordering::Relaxed);
+                if let Some((in_use, reserved)) = sample(&device) {
+                    peaks.bytes_in_use = peaks.bytes_in_use.max(in_use);
+                    peaks.bytes_reserved = peaks.bytes_reserved.max(reserved);
+                    peaks.samples += 1;
+                }
+                if done {
+                    return peaks;
+                }
+                std::thread::sleep(interval);
+            }
+        });
+        Some(Self { stop, thread: Some(thread) })
+    }
+
+    /// Stops the probe after one last reading and returns its peaks.
+    pub fn finish(mut self) -> ProbePeaks {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        self.thread.take().and_then(|t| t.join().ok()).unwrap_or_default()
+    }
+}
+
+impl Drop for MemoryProbe {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
     }
 }
 

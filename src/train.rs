@@ -556,7 +556,8 @@ impl<'a> Run<'a> {
                 continue;
             }
             self.record_step(&stats, secs, sample_now, &mut totals, sink)?;
-            if sample_now {
+            if sample_now && !self.config.memory.cap_to_budget {
+                // Under a cap the next step's own check fails it instead, as the card would.
                 self.hold_budget(sink);
             }
             let every = self.config.train.checkpoint_every_steps;
@@ -581,6 +582,9 @@ impl<'a> Run<'a> {
     /// One optimizer step; when the device refuses it (allocation, buffer limit) the micro-batch
     /// halves and the same step is retried, down to micro-batch 1.
     fn step_with_retry(&mut self, pending: &[Batch], sample_now: bool, sink: EventSink) -> Result<StepStats> {
+        if self.config.memory.cap_to_budget {
+            self.trainer.memory_cap = Some(self.budget());
+        }
         loop {
             match self.trainer.step(pending, sample_now, sink) {
                 Ok(s) => return Ok(s),
@@ -652,10 +656,15 @@ impl<'a> Run<'a> {
         )
     }
 
+    /// The budget now: the client's live value, else the config's.
+    fn budget(&self) -> u64 {
+        self.req.live_budget.as_ref().map_or(self.config.memory.memory_budget_bytes, LiveBudget::get)
+    }
+
     /// After a memory sample: when the measured peak crossed the (live) budget, the micro-batch
     /// halves from the next step.
     fn hold_budget(&mut self, sink: EventSink) {
-        let budget = self.req.live_budget.as_ref().map_or(self.config.memory.memory_budget_bytes, LiveBudget::get);
+        let budget = self.budget();
         let measured = self.trainer.tracker.peak_bytes_reserved;
         let micro = self.batch_size.div_ceil(self.trainer.state.split_factor);
         if measured > budget && micro > 1 {

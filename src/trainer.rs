@@ -108,6 +108,9 @@ pub(crate) struct Trainer {
     pub(crate) schedule: WarmupCosine,
     pub(crate) state: TrainState,
     pub(crate) tracker: MemoryTracker,
+    /// `memory.cap_to_budget`: the bytes reserved that fail a step as out of memory (the live
+    /// budget; the run updates it when a client changes the budget).
+    pub(crate) memory_cap: Option<u64>,
 }
 
 impl Trainer {
@@ -159,6 +162,7 @@ impl Trainer {
             schedule,
             state,
             tracker: MemoryTracker::default(),
+            memory_cap: config.memory.cap_to_budget.then_some(config.memory.memory_budget_bytes),
         }
     }
 
@@ -194,6 +198,7 @@ impl Trainer {
         sample_memory: bool,
         sink: EventSink,
     ) -> std::result::Result<StepStats, StepError> {
+        self.check_memory_cap()?;
         let total: usize = batches.iter().map(Batch::len).sum();
         let factor = self.state.split_factor;
         let scale = self.state.scaler.scale;
@@ -260,6 +265,10 @@ impl Trainer {
                 return Err(StepError::device(&e));
             }
         };
+        if let Err(e) = self.check_memory_cap() {
+            self.model = Some(model);
+            return Err(e);
+        }
         let (loss, accuracy) = (stats[0] / total as f32, stats[1] / total as f32);
         let grad_norm = stats[2].sqrt() / scale;
         let finite = loss.is_finite() && grad_norm.is_finite();
@@ -292,6 +301,24 @@ impl Trainer {
         let lr = self.schedule.lr(self.state.global_step);
         self.model = Some(self.optim.step(lr, model, grads));
         Ok(StepStats { loss, accuracy, images: total, applied })
+    }
+}
+
+impl Trainer {
+    /// With a memory cap, fails as out of memory when the device's reserved bytes exceed it:
+    /// checked before a step (the previous optimizer step's allocations) and after its backward
+    /// pass, before the update is applied. Pools keep their pages until cleaned up, so the
+    /// reserved bytes after the backward pass include its peak.
+    fn check_memory_cap(&self) -> std::result::Result<(), StepError> {
+        let Some(cap) = self.memory_cap else { return Ok(()) };
+        match crate::memory::sample(&self.device) {
+            Some((_, reserved)) if reserved > cap => Err(StepError::Device(format!(
+                "out of memory: {} reserved over the {} cap (memory.cap_to_budget emulates a card of the budget's size)",
+                crate::memory::human_bytes(reserved),
+                crate::memory::human_bytes(cap)
+            ))),
+            _ => Ok(()),
+        }
     }
 }
 

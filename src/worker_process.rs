@@ -254,3 +254,22 @@ fn signal_of(status: &ExitStatus) -> Option<i32> {
 fn signal_of(_status: &ExitStatus) -> Option<i32> {
     None
 }
+
+/// The command-line flags that select `choice` in a child `vramfit` process
+/// (`--device gpu [--adapter N]` or `--device cpu --cpu-backend flex|ndarray`).
+pub fn device_args(choice: crate::device::DeviceChoice) -> Vec<String> {
+    use crate::device::{CpuBackend, DeviceChoice};
+    match choice {
+        DeviceChoice::Gpu(adapter) => {
+            let mut args = vec!["--device".to_string(), "gpu".to_string()];
+            if let Some(i) = adapter {
+                args.extend(["--adapter".to_string(), i.to_string()]);
+            }
+            args
+        }
+        DeviceChoice::Cpu(backend) => {
+            let name = if backend == CpuBackend::Ndarray { "ndarray" } else { "flex" };
+            vec!["--device".into(), "cpu".into(), "--cpu-backend".into(), name.into()]
+        }
+    }
+}

@@ -558,9 +558,18 @@ pub struct BenchArgs {
     /// Warm-up steps per row (compilation, autotune).
     #[arg(long, default_value_t = 2)]
     warmup: usize,
-    /// `bench memory` grid: `small` (CI-sized) or `full` (batch 4-32 x 64-224 px x f32/f16 x checkpointing).
+    /// `bench memory` grid: `tiny` or `small` (CI-sized), `tiers` (224 px, batch 8-32) or `full`
+    /// (batch 4-32 x 64-224 px), each x f32/f16 x checkpointing off/on.
     #[arg(long, default_value = "full")]
     grid: String,
+    /// `bench memory`: measure each cell in a process of its own, so no cell inherits another's
+    /// reserved pages (and a driver crash costs one cell, not the bench).
+    #[arg(long)]
+    fresh: bool,
+    /// `bench memory`: measure one cell `BATCH,PX,f32|f16,on|off` and print its row as JSON
+    /// (what `--fresh` runs in each child process).
+    #[arg(long)]
+    cell: Option<String>,
     /// Seconds of training for `bench ui`.
     #[arg(long, default_value_t = 60.0)]
     seconds: f64,
@@ -618,14 +627,36 @@ pub fn bench(args: BenchArgs) -> anyhow::Result<ExitCode> {
             serde_json::to_string_pretty(&r)?
         }
         _ => {
-            let device = select_device(&args.device)?;
-            let base = super::load_config(args.configs.first().map_or("quickstart", String::as_str))?;
-            let grid = crate::bench::MemoryGrid::named(&args.grid)
-                .ok_or_else(|| anyhow::anyhow!("--grid must be small or full"))?;
-            let rows = crate::bench::bench_memory(&base, &device, &grid, args.steps.min(3).max(1), &mut |line| {
-                eprintln!("{line}")
-            })?;
-            println!("adapter: {}\n{}", device.name, crate::bench::memory_table(&rows));
+            let config_name = args.configs.first().map_or("quickstart", String::as_str);
+            let base = super::load_config(config_name)?;
+            let steps = args.steps.clamp(1, 3);
+            if let Some(cell) = &args.cell {
+                let cell = crate::memory_bench::MemoryCell::parse(cell)?;
+                let device = select_device(&args.device)?;
+                let row = crate::memory_bench::measure_cell(&base, &device, &cell, steps);
+                println!("{}", serde_json::to_string(&row)?);
+                return Ok(ExitCode::SUCCESS);
+            }
+            let grid = crate::memory_bench::MemoryGrid::named(&args.grid)
+                .ok_or_else(|| anyhow::anyhow!("--grid must be tiny, small, tiers or full"))?;
+            let (rows, adapter) = if args.fresh {
+                let rows = grid
+                    .cells()
+                    .iter()
+                    .map(|cell| {
+                        let row = memory_cell_in_child(&args, config_name, &base, cell, steps);
+                        eprintln!("{row:?}");
+                        row
+                    })
+                    .collect::<Vec<_>>();
+                (rows, format!("{} (each cell in a fresh process)", select_device(&args.device)?.name))
+            } else {
+                let device = select_device(&args.device)?;
+                let rows =
+                    crate::memory_bench::bench_memory(&base, &device, &grid, steps, &mut |line| eprintln!("{line}"));
+                (rows, device.name)
+            };
+            println!("adapter: {adapter}\n{}", crate::memory_bench::memory_table(&rows));
             serde_json::to_string_pretty(&rows)?
         }
     };
@@ -633,6 +664,49 @@ pub fn bench(args: BenchArgs) -> anyhow::Result<ExitCode> {
         crate::checkpoint::write_atomic(&path, rows_json.as_bytes())?;
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Runs `vramfit bench memory --cell` for `cell` in a child process; a child that fails or dies
+/// (a driver out-of-memory kills the process) gives a skipped row naming its exit and stderr tail.
+fn memory_cell_in_child(
+    args: &BenchArgs,
+    config_name: &str,
+    base: &Config,
+    cell: &crate::memory_bench::MemoryCell,
+    steps: usize,
+) -> crate::memory_bench::MemoryBenchRow {
+    let mut row = crate::memory_bench::MemoryBenchRow::planned(base, cell);
+    let exe = match std::env::current_exe() {
+        Ok(exe) => exe,
+        Err(e) => {
+            row.skipped = Some(format!("cannot find vramfit's own executable: {e}"));
+            return row;
+        }
+    };
+    let mut cmd = std::process::Command::new(exe);
+    cmd.args(["bench", "memory", "--config", config_name, "--cell", &cell.to_arg(), "--steps", &steps.to_string()]);
+    cmd.args(crate::worker_process::device_args(args.device.choice()));
+    match cmd.stderr(std::process::Stdio::piped()).output() {
+        Ok(out) if out.status.success() => {
+            match String::from_utf8_lossy(&out.stdout).lines().rev().find_map(|l| serde_json::from_str(l).ok()) {
+                Some(measured) => measured,
+                None => {
+                    row.skipped = Some("the cell's process printed no result".into());
+                    row
+                }
+            }
+        }
+        Ok(out) => {
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            let tail: Vec<&str> = stderr.lines().rev().take(2).collect();
+            row.skipped = Some(format!("the cell's process failed ({}): {}", out.status, tail.join(" / ")));
+            row
+        }
+        Err(e) => {
+            row.skipped = Some(format!("cannot start the cell's process: {e}"));
+            row
+        }
+    }
 }
 
 /// `vramfit info`.

@@ -10,7 +10,7 @@ use std::thread::JoinHandle;
 
 use crate::config::Config;
 use crate::dataset::Dataset;
-use crate::device::{CpuBackend, DeviceChoice, SelectedDevice};
+use crate::device::{DeviceChoice, SelectedDevice};
 use crate::eval::EvalResult;
 use crate::events::{Event, RunEnd};
 use crate::worker_process::{End, Output, WorkerProcess};
@@ -61,18 +61,7 @@ impl TrainingSpec {
         if let Some(dir) = &self.data_dir {
             args.extend(["--data".into(), dir.clone().into()]);
         }
-        match self.device {
-            DeviceChoice::Gpu(adapter) => {
-                args.extend(["--device".into(), "gpu".into()]);
-                if let Some(i) = adapter {
-                    args.extend(["--adapter".into(), i.to_string().into()]);
-                }
-            }
-            DeviceChoice::Cpu(backend) => {
-                let name = if backend == CpuBackend::Ndarray { "ndarray" } else { "flex" };
-                args.extend(["--device".into(), "cpu".into(), "--cpu-backend".into(), name.into()]);
-            }
-        }
+        args.extend(crate::worker_process::device_args(self.device).into_iter().map(Into::into));
         if let Some(m) = self.max_steps {
             args.extend(["--max-steps".into(), m.to_string().into()]);
         }

@@ -23,6 +23,7 @@ mod folders;
 mod fuzz;
 mod idx_files;
 mod images;
+mod memory;
 mod onnx;
 mod runs;
 mod training;
@@ -67,6 +68,28 @@ fn gpu() -> Option<SelectedDevice> {
     assert!(std::env::var_os("VRAMFIT_REQUIRE_GPU").is_none(), "{why}");
     eprintln!("skipped: {why}");
     None
+}
+
+/// Runs the calling test again, alone, in a child process of this test binary, and returns true
+/// there (the caller then returns); returns false inside that child, where the test's body runs.
+/// For tests that read the device's pools: every test of one process shares them.
+fn in_own_process(test_path: &str) -> bool {
+    if std::env::var_os("VRAMFIT_TEST_CHILD").is_some() {
+        return false;
+    }
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", test_path, "--nocapture", "--test-threads", "1"])
+        .env("VRAMFIT_TEST_CHILD", "1")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{test_path} in its own process:\n{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("1 passed"), "{test_path} did not run in its own process:\n{stdout}");
+    true
 }
 
 fn quickstart() -> Config {

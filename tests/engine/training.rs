@@ -87,34 +87,6 @@ fn train_export_predict_parity_and_resume() {
 }
 
 #[test]
-fn memory_predictions_hold_within_25_percent_on_the_adapter() {
-    if gpu().is_none() {
-        return;
-    }
-    // In its own process: the device's pools are shared by every test of this one.
-    let dir = tempfile::tempdir().unwrap();
-    let json = dir.path().join("memory.json");
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_vramfit"))
-        .args(["bench", "memory", "--grid", "tiny", "--steps", "1", "--json", json.to_str().unwrap()])
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let rows: Vec<serde_json::Value> = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
-    // f32 off, f32 on, f16 off, f16 on (lavapipe has shader f16).
-    assert_eq!(rows.len(), 4);
-    for r in &rows {
-        assert!(r["skipped"].is_null(), "{r}");
-        assert!(r["measured_in_use_bytes"].as_u64().unwrap() > 0);
-        assert!(r["error_percent"].as_f64().unwrap().abs() <= 25.0, "{r}");
-    }
-    let activations = |i: usize| rows[i]["measured_activation_bytes"].as_u64().unwrap() as f64;
-    // Checkpointing keeps less, in both precisions.
-    assert!(activations(1) < activations(0) && activations(3) < activations(2));
-    // f16 keeps at most 0.6x the activations of f32 on the same configuration.
-    assert!(activations(2) <= 0.6 * activations(0), "f16 {} vs f32 {} bytes", activations(2), activations(0));
-}
-
-#[test]
 fn a_batch_of_only_undecodable_files_is_skipped_not_a_crash() {
     // C21: at batch size 1 a zero-byte file (or a HEIC named .jpg) is a whole batch of nothing.
     let dir = tempfile::tempdir().unwrap();
