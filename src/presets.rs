@@ -37,9 +37,99 @@ pub fn load_config(name_or_path: &str) -> crate::Result<Config> {
     Config::load(path)
 }
 
+/// Fraction of a tier's budget its preset may plan to use: the rest is left to the display,
+/// the driver and other programs on the card.
+pub const TIER_HEADROOM: f64 = 0.8;
+
+/// The savings a tier preset turns on, as the plan chooses them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TierSettings {
+    /// Training precision.
+    pub precision: crate::config::Precision,
+    /// Activation checkpointing.
+    pub checkpointing: bool,
+    /// Micro-batch.
+    pub batch_size: usize,
+    /// Accumulation steps (`batch_size x grad_accum_steps` = the config's effective batch).
+    pub grad_accum_steps: usize,
+}
+
+/// The cheapest settings in compute that train `config`'s effective batch within
+/// [`TIER_HEADROOM`] of its budget, by [`crate::memory::plan`]: f32 without checkpointing (no
+/// recomputation, no loss scaling), then f16, then f16 with checkpointing, each first as one
+/// micro-batch; when none holds the whole batch, the largest micro-batch with accumulation that
+/// f16 with checkpointing fits. `None` when not even micro-batch 1 fits.
+pub fn tier_settings(config: &Config, num_classes: usize) -> Option<TierSettings> {
+    use crate::config::Precision;
+    let effective = config.train.batch_size * config.train.grad_accum_steps;
+    let mut c = config.clone();
+    c.memory.memory_budget_bytes = (config.memory.memory_budget_bytes as f64 * TIER_HEADROOM) as u64;
+    c.train.batch_size = effective;
+    c.train.grad_accum_steps = 1;
+    let savings = [(Precision::F32, false), (Precision::F16, false), (Precision::F16, true)];
+    for (precision, checkpointing) in savings {
+        c.train.precision = precision;
+        c.train.checkpointing = checkpointing;
+        if crate::memory::plan(&c, num_classes).fits {
+            return Some(TierSettings { precision, checkpointing, batch_size: effective, grad_accum_steps: 1 });
+        }
+    }
+    let plan = crate::memory::plan(&c, num_classes);
+    (plan.fit_batch_size > 0).then_some(TierSettings {
+        precision: Precision::F16,
+        checkpointing: true,
+        batch_size: plan.fit_batch_size,
+        grad_accum_steps: plan.fit_grad_accum_steps,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The tier presets' savings are the plan's choice (10 classes), not guesses: a preset that
+    /// turns on more than its budget needs makes a user pay recomputation and small batches for
+    /// nothing, and one that turns on less does not fit.
+    #[test]
+    fn tier_presets_hold_the_settings_their_plan_chooses() {
+        for name in ["4gb", "6gb", "8gb", "12gb"] {
+            let config = load_config(name).unwrap();
+            let chosen = tier_settings(&config, 10).unwrap_or_else(|| panic!("{name}: nothing fits"));
+            let t = &config.train;
+            let shipped = TierSettings {
+                precision: t.precision,
+                checkpointing: t.checkpointing,
+                batch_size: t.batch_size,
+                grad_accum_steps: t.grad_accum_steps,
+            };
+            assert_eq!(shipped, chosen, "{name}: configs/{name}.toml should hold the plan's choice");
+            let use_fraction = crate::memory::plan(&config, 10).estimate.total as f64 / config.memory.memory_budget_bytes as f64;
+            assert!(use_fraction <= TIER_HEADROOM, "{name} plans {:.0}% of its budget", 100.0 * use_fraction);
+        }
+    }
+
+    #[test]
+    fn a_small_budget_turns_savings_on_in_order() {
+        use crate::config::Precision::{self, F16, F32};
+        let base = load_config("12gb").unwrap();
+        let needs = |precision: Precision, checkpointing: bool| {
+            let mut c = base.clone();
+            (c.train.precision, c.train.checkpointing) = (precision, checkpointing);
+            crate::memory::estimate(&c, 32, 10).total
+        };
+        let with_room_for = |bytes: u64| {
+            let mut c = base.clone();
+            c.memory.memory_budget_bytes = (bytes as f64 / TIER_HEADROOM).ceil() as u64;
+            tier_settings(&c, 10).unwrap()
+        };
+        let pick = |s: TierSettings| (s.precision, s.checkpointing, s.batch_size, s.grad_accum_steps);
+        assert_eq!(pick(with_room_for(needs(F32, false))), (F32, false, 32, 1));
+        assert_eq!(pick(with_room_for(needs(F32, false) - 1)), (F16, false, 32, 1));
+        assert_eq!(pick(with_room_for(needs(F16, false) - 1)), (F16, true, 32, 1));
+        let s = with_room_for(needs(F16, true) - 1);
+        assert_eq!((s.precision, s.checkpointing), (F16, true));
+        assert!(s.batch_size < 32 && s.batch_size * s.grad_accum_steps == 32, "{s:?}");
+    }
 
     #[test]
     fn every_preset_parses_and_validates() {

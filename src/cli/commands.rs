@@ -386,7 +386,7 @@ pub fn plan_report(config: &Config, p: &memory::Plan) -> String {
         config.train.precision,
         if config.train.checkpointing { "on" } else { "off" }
     );
-    let mut row = |name: &str, v: u64| s.push_str(&format!("  {name:<28}{:>12}\n", human_bytes(v)));
+    let mut row = |name: &str, v: u64| s.push_str(&format!("  {name:<36}{:>12}\n", human_bytes(v)));
     row("parameters", e.parameters);
     row("gradients", e.gradients);
     row("optimizer state (AdamW)", e.optimizer_state);
@@ -402,9 +402,13 @@ pub fn plan_report(config: &Config, p: &memory::Plan) -> String {
         };
         row(&name, *a);
     }
-    row("workspace (largest op)", e.workspace);
-    row("allocator overhead", e.allocator_overhead);
-    s.push_str(&format!("  {:<28}{:>12}\n", "predicted peak", human_bytes(e.total)));
+    row("workspace (backward pass)", e.workspace);
+    row("peak in use", e.peak_in_use);
+    row(
+        &format!("pool pages (8 MiB + {} x {})", memory::POOL_SLACK_PAGES, human_bytes(e.page_size)),
+        e.allocator_overhead,
+    );
+    s.push_str(&format!("  {:<36}{:>12}\n", "predicted peak (reserved)", human_bytes(e.total)));
     s.push_str(&format!("budget {}: {}\n", human_bytes(p.budget_bytes), p.verdict()));
     let effective = config.train.batch_size * config.train.grad_accum_steps;
     if p.fit_batch_size == 0 {

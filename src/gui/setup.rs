@@ -153,7 +153,7 @@ impl VramfitApp {
         ui.label(self.estimate_text());
         let e = &self.plan.estimate;
         ui.small(format!(
-            "weights+grads+AdamW {} · activations {} · input {} · workspace {} · allocator {}",
+            "weights+grads+AdamW {} · activations {} · input {} · workspace {} · pool pages {}",
             human_bytes(e.parameters + e.gradients + e.optimizer_state + e.weight_casts),
             human_bytes(e.activations()),
             human_bytes(e.input_batch),

@@ -78,7 +78,7 @@ fn gui_tiers_estimate_train_stop_resume_export_and_drop_prediction() {
     harness.get_by_label(&quick);
     harness.state_mut().select_preset("8gb");
     harness.step();
-    assert_eq!(harness.state().settings.config.train.batch_size, 16);
+    assert_eq!(harness.state().settings.config.train.batch_size, 32);
     assert_eq!(harness.state().settings.config.data.preprocess.crop_size, 224);
     let tier = harness.state().estimate_text();
     assert_ne!(tier, quick);
@@ -89,7 +89,7 @@ fn gui_tiers_estimate_train_stop_resume_export_and_drop_prediction() {
     harness.state_mut().save_preset_file(&preset_file);
     harness.state_mut().select_preset("quickstart");
     harness.state_mut().load_preset_file(&preset_file);
-    assert_eq!(harness.state().settings.config.train.batch_size, 16);
+    assert_eq!(harness.state().settings.config.train.batch_size, 32);
     assert_eq!(harness.state().settings.preset, "mine");
     // Moving the batch size changes the estimate.
     harness.state_mut().settings.config.train.batch_size = 64;
