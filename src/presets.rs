@@ -103,7 +103,8 @@ mod tests {
                 grad_accum_steps: t.grad_accum_steps,
             };
             assert_eq!(shipped, chosen, "{name}: configs/{name}.toml should hold the plan's choice");
-            let use_fraction = crate::memory::plan(&config, 10).estimate.total as f64 / config.memory.memory_budget_bytes as f64;
+            let use_fraction =
+                crate::memory::plan(&config, 10).estimate.total as f64 / config.memory.memory_budget_bytes as f64;
             assert!(use_fraction <= TIER_HEADROOM, "{name} plans {:.0}% of its budget", 100.0 * use_fraction);
         }
     }

@@ -7,26 +7,26 @@
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::time::Instant;
 
 use burn::module::Module;
-use rand::SeedableRng;
-use rand::seq::SliceRandom;
 
 use crate::checkpoint;
 use crate::config::{Config, Precision};
-use crate::dataset::{Dataset, Splits};
+use crate::dataset::Splits;
 use crate::device::SelectedDevice;
 use crate::error::{Error, Result};
 use crate::eval::{self, EvalResult};
 use crate::events::{Event, EventSink, LiveBudget, RunEnd, StopSignal};
-use crate::loader::{self, Batch, SamplePipeline};
+use crate::loader::{self, SamplePipeline};
 use crate::memory::{self, MemoryTracker, human_bytes};
 use crate::precision::LossScaler;
 use crate::run_dir;
+use crate::trainer::Trainer;
 pub use crate::trainer::{OverfitResult, measure_training, overfit_check, smoothed_cross_entropy, synthetic_batch};
-use crate::trainer::{StepError, StepStats, Trainer};
+
+mod epoch;
+use epoch::{EpochData, EpochTotals};
 
 /// What to train and where.
 #[derive(Clone, Debug)]
@@ -348,34 +348,6 @@ fn open_run_folder(req: &TrainRequest, sink: EventSink) -> Result<checkpoint::Ru
     Ok(lock)
 }
 
-/// The data of every epoch: datasets and their pipelines (augmented for training).
-struct EpochData {
-    train: Arc<Dataset>,
-    val: Arc<Dataset>,
-    train_pipe: Arc<SamplePipeline>,
-    eval_pipe: Arc<SamplePipeline>,
-}
-
-impl EpochData {
-    fn new(splits: &Splits, config: &Config) -> Self {
-        Self {
-            train: Arc::new(splits.train.clone()),
-            val: Arc::new(splits.val.clone()),
-            train_pipe: Arc::new(SamplePipeline::from_config(config, true)),
-            eval_pipe: Arc::new(SamplePipeline::from_config(config, false)),
-        }
-    }
-}
-
-/// Sums over one epoch's steps, for its summary.
-#[derive(Default)]
-struct EpochTotals {
-    loss: f64,
-    correct: f64,
-    images: usize,
-    skipped: usize,
-}
-
 /// A run in progress: what the phases of [`train`] read and update.
 struct Run<'a> {
     req: &'a TrainRequest,
@@ -506,172 +478,6 @@ impl<'a> Run<'a> {
         self.summary.epochs_completed = self.trainer.state.epoch;
         self.summary.global_step = self.trainer.state.global_step;
         Ok(())
-    }
-
-    /// Phase 5: one epoch's optimizer steps (from where a resumed epoch left off); sets
-    /// `summary.stopped` when Stop or the step cap ended it early (after a checkpoint).
-    fn train_epoch(&mut self, data: &EpochData, sink: EventSink, stop: &StopSignal) -> Result<EpochTotals> {
-        let epoch = self.trainer.state.epoch;
-        let seed = self.config.seed;
-        let mut order: Vec<usize> = (0..data.train.samples.len()).collect();
-        order.shuffle(&mut rand::rngs::SmallRng::seed_from_u64(seed.wrapping_add(epoch as u64)));
-        let skip = self.trainer.state.batches_done_in_epoch;
-        let batches = loader::batches(
-            data.train.clone(),
-            data.train_pipe.clone(),
-            Arc::new(order),
-            self.batch_size,
-            skip,
-            seed ^ ((epoch as u64) << 32),
-            self.config.data.workers,
-            self.config.data.prefetch_batches,
-        );
-        let mut totals = EpochTotals::default();
-        let mut pending: Vec<Batch> = Vec::with_capacity(self.accum);
-        let mut batch_index = skip;
-        let mut step_start = Instant::now();
-        for batch in batches {
-            batch_index += 1;
-            for (source, reason) in &batch.skipped {
-                sink(Event::SampleSkipped { source: source.to_string(), reason: reason.to_string() });
-            }
-            totals.skipped += batch.skipped.len();
-            if epoch == 0 {
-                for source in &batch.flat {
-                    sink(Event::Warning(format!("{source} is one flat colour: a blank or wrongly decoded image?")));
-                }
-            }
-            pending.push(batch);
-            if pending.len() < self.accum && batch_index < self.n_batches {
-                continue;
-            }
-            let sample_now =
-                self.device.is_gpu() && (self.trainer.state.global_step % self.config.train.memory_sample_every == 0);
-            let stats = self.step_with_retry(&pending, sample_now, sink)?;
-            self.trainer.state.batches_done_in_epoch += pending.len();
-            pending.clear();
-            let secs = step_start.elapsed().as_secs_f64();
-            step_start = Instant::now();
-            if stats.images == 0 {
-                continue;
-            }
-            self.record_step(&stats, secs, sample_now, &mut totals, sink)?;
-            if sample_now && !self.config.memory.cap_to_budget {
-                // Under a cap the next step's own check fails it instead, as the card would.
-                self.hold_budget(sink);
-            }
-            let every = self.config.train.checkpoint_every_steps;
-            let last_of_epoch = batch_index >= self.n_batches; // the epoch-end checkpoint follows
-            if every > 0 && stats.applied && self.trainer.state.global_step % every == 0 && !last_of_epoch {
-                let dir = self.trainer.save(self.out())?;
-                sink(Event::Checkpoint { path: dir });
-            }
-            let capped = self.req.max_steps.is_some_and(|m| self.trainer.state.global_step >= m);
-            if stop.is_set() || capped {
-                let dir = self.trainer.save(self.out())?;
-                sink(Event::Checkpoint { path: dir });
-                self.summary.stopped = true;
-                break;
-            }
-        }
-        self.summary.skipped += totals.skipped;
-        self.summary.memory = self.trainer.tracker;
-        Ok(totals)
-    }
-
-    /// One optimizer step; when the device refuses it (allocation, buffer limit) the micro-batch
-    /// halves and the same step is retried, down to micro-batch 1.
-    fn step_with_retry(&mut self, pending: &[Batch], sample_now: bool, sink: EventSink) -> Result<StepStats> {
-        if self.config.memory.cap_to_budget {
-            self.trainer.memory_cap = Some(self.budget());
-        }
-        loop {
-            match self.trainer.step(pending, sample_now, sink) {
-                Ok(s) => return Ok(s),
-                Err(StepError::Fatal(e)) => return Err(e),
-                Err(StepError::Device(msg)) => {
-                    let micro = self.batch_size.div_ceil(self.trainer.state.split_factor);
-                    if micro <= 1 {
-                        return Err(Error::Device(format!(
-                            "the device failed even at micro-batch 1 ({msg}); the last checkpoint in {} is intact — lower crop_size or use --device cpu",
-                            checkpoint::checkpoints_dir(self.out()).display()
-                        )));
-                    }
-                    self.halve_micro_batch(
-                        format!("the device refused the step at micro-batch {micro} ({msg}); retrying it at half"),
-                        sink,
-                    );
-                }
-            }
-        }
-    }
-
-    /// Halves the micro-batch from the next step (the accumulation doubles, so the effective
-    /// batch and the gradient stay the same) and tells the clients why.
-    fn halve_micro_batch(&mut self, reason: String, sink: EventSink) {
-        self.trainer.state.split_factor *= 2;
-        self.trainer.device.memory_cleanup();
-        sink(Event::BatchAdapted {
-            batch_size: self.batch_size.div_ceil(self.trainer.state.split_factor),
-            grad_accum_steps: self.accum * self.trainer.state.split_factor,
-            reason,
-        });
-    }
-
-    /// A finished step: counters, the Step event and its metrics.csv row.
-    fn record_step(
-        &mut self,
-        stats: &StepStats,
-        secs: f64,
-        sampled: bool,
-        totals: &mut EpochTotals,
-        sink: EventSink,
-    ) -> Result<()> {
-        if stats.applied {
-            self.trainer.state.global_step += 1;
-        }
-        let (step, epoch) = (self.trainer.state.global_step, self.trainer.state.epoch);
-        self.train_secs += secs;
-        self.images_trained += stats.images;
-        totals.loss += stats.loss as f64 * stats.images as f64;
-        totals.correct += stats.accuracy as f64 * stats.images as f64;
-        totals.images += stats.images;
-        let lr = self.trainer.schedule.lr(step.saturating_sub(1));
-        let ips = stats.images as f64 / secs.max(1e-9);
-        sink(Event::Step { step, epoch, loss: stats.loss, accuracy: stats.accuracy, lr, images_per_sec: ips });
-        // A step skipped by the f16 loss scaler has no step number of its own: no CSV row.
-        if !stats.applied {
-            return Ok(());
-        }
-        let t = &self.trainer.tracker;
-        let (in_use, reserved) = if sampled {
-            (t.peak_bytes_in_use.to_string(), t.peak_bytes_reserved.to_string())
-        } else {
-            (String::new(), String::new())
-        };
-        csv_append(
-            &self.out().join(run_dir::METRICS_CSV),
-            METRICS_HEADER,
-            &format!("{step},{epoch},{},{},{lr:e},{ips:.1},{in_use},{reserved}", stats.loss, stats.accuracy),
-        )
-    }
-
-    /// The budget now: the client's live value, else the config's.
-    fn budget(&self) -> u64 {
-        self.req.live_budget.as_ref().map_or(self.config.memory.memory_budget_bytes, LiveBudget::get)
-    }
-
-    /// After a memory sample: when the measured peak crossed the (live) budget, the micro-batch
-    /// halves from the next step.
-    fn hold_budget(&mut self, sink: EventSink) {
-        let budget = self.budget();
-        let measured = self.trainer.tracker.peak_bytes_reserved;
-        let micro = self.batch_size.div_ceil(self.trainer.state.split_factor);
-        if measured > budget && micro > 1 {
-            self.trainer.tracker = MemoryTracker::default();
-            let reason = format!("measured {} crossed the {} budget", human_bytes(measured), human_bytes(budget));
-            self.halve_micro_batch(reason, sink);
-        }
     }
 
     /// Phase 6: the epoch's evaluation, its epochs.csv row and checkpoint, and after the first

@@ -1,6 +1,7 @@
 //! The command line: parses arguments, builds engine inputs, runs the engine on its own thread
 //! and renders its events (see [`render`]). Nothing here is used by the engine.
 
+mod bench;
 mod commands;
 mod render;
 mod worker;
@@ -41,7 +42,7 @@ enum Command {
     /// Export a run's newest intact checkpoint as model.bpk, model.safetensors, model.onnx and model.json.
     Export(commands::ExportArgs),
     /// Measure throughput (`bench train`), memory predictions (`bench memory`) or the app's frame times (`bench ui`).
-    Bench(commands::BenchArgs),
+    Bench(bench::BenchArgs),
     /// Parameter count, FLOPs and per-stage output shapes of a config's network.
     Info(commands::InfoArgs),
     /// Scan a dataset and report classes, skipped files, sizes and what preprocessing makes of them.
@@ -226,7 +227,7 @@ pub fn main() -> ExitCode {
         Command::Plan(a) => commands::plan(a),
         Command::Devices => commands::devices(),
         Command::Export(a) => commands::export(a),
-        Command::Bench(a) => commands::bench(a),
+        Command::Bench(a) => bench::bench(a),
         Command::Info(a) => commands::info(a),
         Command::CheckData(a) => commands::check_data(a),
     });

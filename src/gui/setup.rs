@@ -116,6 +116,13 @@ impl VramfitApp {
                 job.set_budget(self.settings.config.memory.memory_budget_bytes);
             }
         }
+        ui.add_enabled_ui(!busy, |ui| {
+            ui.checkbox(&mut self.settings.config.memory.cap_to_budget, "cap device memory at the budget")
+                .on_hover_text(
+                    "Emulate a card of the budget's size: a step whose reserved bytes cross the budget fails \
+                     as out of memory and is retried at half the micro-batch (one extra sync per step).",
+                );
+        });
         ui.separator();
         self.estimate_ui(ui);
         ui.separator();

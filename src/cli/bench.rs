@@ -1,0 +1,218 @@
+//! `vramfit bench`: the benchmarks' command line (the measuring lives in the engine's
+//! [`crate::bench`], [`crate::memory_bench`] and [`crate::loader_bench`]).
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::{Context, bail};
+use clap::Args;
+
+use super::DeviceArgs;
+use super::commands::{open_data, select_device};
+use crate::config::Config;
+
+/// `vramfit bench loader`: generated photos in three crop modes of the 8gb preset, and the
+/// bundled data as quickstart loads it.
+fn bench_loader(args: &BenchArgs) -> anyhow::Result<Vec<crate::loader_bench::LoaderBenchRow>> {
+    use crate::loader_bench::{dataset_of, measure, write_photos};
+    let device = select_device(&args.device)?;
+    let dir = tempfile::tempdir().context("cannot create a folder for the generated photos")?;
+    let mut rows = Vec::new();
+    let photo = super::load_config("8gb")?;
+    for (label, (w, h)) in [("12 MP JPEG (4000x3000)", (4000, 3000)), ("2 MP JPEG (1632x1224)", (1632, 1224))] {
+        eprintln!("writing {} photos of {w}x{h}...", args.images);
+        let paths = write_photos(&dir.path().join(format!("{w}x{h}")), w, h, args.images, 3)?;
+        for mode in ["resize_and_crop", "scale_width_and_crop", "crop"] {
+            let mut config = photo.clone();
+            config.set(&format!("data.preprocess.mode={mode}"))?;
+            eprintln!("measuring {label}, {mode}...");
+            rows.push(measure(label, dataset_of(paths.clone()), &config, &device, &args.workers)?);
+        }
+    }
+    let quick = super::load_config("quickstart")?;
+    let bundled = open_data(None, &quick, false)?.train;
+    let n = (args.images * 8).min(bundled.samples.len());
+    let subset =
+        crate::dataset::Dataset { class_names: bundled.class_names.clone(), samples: bundled.samples[..n].to_vec() };
+    rows.push(measure("bundled Fashion-MNIST (28x28 IDX)", subset, &quick, &device, &args.workers)?);
+    Ok(rows)
+}
+
+/// `vramfit bench`.
+#[derive(Args, Debug)]
+pub struct BenchArgs {
+    /// `train` (throughput per backend), `memory` (predicted vs measured peak grid), `loader`
+    /// (the input pipeline alone, on generated 12 MP / 2 MP JPEGs and the bundled data) or `ui`
+    /// (the app's frame times while it trains; needs a display, e.g. `xvfb-run`).
+    #[arg(value_parser = ["train", "memory", "loader", "ui"])]
+    what: String,
+    /// Images per generated photo set for `bench loader` (the bundled set uses 8 times as many).
+    #[arg(long, default_value_t = 16)]
+    images: usize,
+    /// Loader worker threads to measure for `bench loader`.
+    #[arg(long, value_delimiter = ',', default_value = "1,2,4")]
+    workers: Vec<usize>,
+    /// Configs to measure (default: quickstart for memory; quickstart and every tier for train).
+    #[arg(long = "config", short = 'c')]
+    configs: Vec<String>,
+    #[command(flatten)]
+    device: DeviceArgs,
+    /// Backends for `bench train`: any of gpu, flex, ndarray.
+    #[arg(long, value_delimiter = ',', default_value = "gpu,flex,ndarray")]
+    backends: Vec<String>,
+    /// Timed optimizer steps per row (after warm-up steps).
+    #[arg(long, default_value_t = 5)]
+    steps: usize,
+    /// Warm-up steps per row (compilation, autotune).
+    #[arg(long, default_value_t = 2)]
+    warmup: usize,
+    /// `bench memory` grid: `tiny` or `small` (CI-sized), `tiers` (224 px, batch 8-32) or `full`
+    /// (batch 4-32 x 64-224 px), each x f32/f16 x checkpointing off/on.
+    #[arg(long, default_value = "full")]
+    grid: String,
+    /// `bench memory`: measure each cell in a process of its own, so no cell inherits another's
+    /// reserved pages (and a driver crash costs one cell, not the bench).
+    #[arg(long)]
+    fresh: bool,
+    /// `bench memory`: measure one cell `BATCH,PX,f32|f16,on|off` and print its row as JSON
+    /// (what `--fresh` runs in each child process).
+    #[arg(long)]
+    cell: Option<String>,
+    /// Seconds of training for `bench ui`.
+    #[arg(long, default_value_t = 60.0)]
+    seconds: f64,
+    /// Write results as JSON here too.
+    #[arg(value_parser = crate::user_path::UserPathParser, long)]
+    json: Option<PathBuf>,
+}
+
+pub fn bench(args: BenchArgs) -> anyhow::Result<ExitCode> {
+    let rows_json = match args.what.as_str() {
+        "train" => {
+            let names = if args.configs.is_empty() {
+                vec!["quickstart".into(), "4gb".into(), "6gb".into(), "8gb".into(), "12gb".into()]
+            } else {
+                args.configs.clone()
+            };
+            let mut configs = Vec::new();
+            for n in &names {
+                configs.push(super::load_config(n)?);
+            }
+            let rows = crate::bench::bench_train(
+                &configs,
+                &args.backends,
+                args.device.adapter,
+                args.warmup,
+                args.steps,
+                &mut |line| eprintln!("{line}"),
+            )?;
+            println!("{}", crate::bench::train_table(&rows));
+            serde_json::to_string_pretty(&rows)?
+        }
+        "loader" => {
+            let rows = bench_loader(&args)?;
+            println!("{}", crate::loader_bench::table(&rows));
+            serde_json::to_string_pretty(&rows)?
+        }
+        "ui" => {
+            let r = crate::gui::bench_ui(args.seconds)?;
+            if let Some(e) = &r.error {
+                bail!("training did not run: {e}");
+            }
+            let t = &r.training;
+            println!(
+                "{}; quickstart; {:.0} s of training, {} optimizer steps\n\n| frames while training | p50 ms | p95 ms | longest ms | over {} ms |\n|---|---|---|---|---|\n| {} | {:.1} | {:.1} | {:.1} | {} |",
+                r.device,
+                args.seconds,
+                r.steps,
+                crate::gui::FRAME_BUDGET_MS,
+                t.frames,
+                t.p50_ms,
+                t.p95_ms,
+                t.max_ms,
+                t.over_budget
+            );
+            serde_json::to_string_pretty(&r)?
+        }
+        _ => {
+            let config_name = args.configs.first().map_or("quickstart", String::as_str);
+            let base = super::load_config(config_name)?;
+            let steps = args.steps.clamp(1, 3);
+            if let Some(cell) = &args.cell {
+                let cell = crate::memory_bench::MemoryCell::parse(cell)?;
+                let device = select_device(&args.device)?;
+                let row = crate::memory_bench::measure_cell(&base, &device, &cell, steps);
+                println!("{}", serde_json::to_string(&row)?);
+                return Ok(ExitCode::SUCCESS);
+            }
+            let grid = crate::memory_bench::MemoryGrid::named(&args.grid)
+                .ok_or_else(|| anyhow::anyhow!("--grid must be tiny, small, tiers or full"))?;
+            let (rows, adapter) = if args.fresh {
+                let rows = grid
+                    .cells()
+                    .iter()
+                    .map(|cell| {
+                        let row = memory_cell_in_child(&args, config_name, &base, cell, steps);
+                        eprintln!("{row:?}");
+                        row
+                    })
+                    .collect::<Vec<_>>();
+                (rows, format!("{} (each cell in a fresh process)", select_device(&args.device)?.name))
+            } else {
+                let device = select_device(&args.device)?;
+                let rows =
+                    crate::memory_bench::bench_memory(&base, &device, &grid, steps, &mut |line| eprintln!("{line}"));
+                (rows, device.name)
+            };
+            println!("adapter: {adapter}\n{}", crate::memory_bench::memory_table(&rows));
+            serde_json::to_string_pretty(&rows)?
+        }
+    };
+    if let Some(path) = args.json {
+        crate::checkpoint::write_atomic(&path, rows_json.as_bytes())?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Runs `vramfit bench memory --cell` for `cell` in a child process; a child that fails or dies
+/// (a driver out-of-memory kills the process) gives a skipped row naming its exit and stderr tail.
+fn memory_cell_in_child(
+    args: &BenchArgs,
+    config_name: &str,
+    base: &Config,
+    cell: &crate::memory_bench::MemoryCell,
+    steps: usize,
+) -> crate::memory_bench::MemoryBenchRow {
+    let mut row = crate::memory_bench::MemoryBenchRow::planned(base, cell);
+    let exe = match std::env::current_exe() {
+        Ok(exe) => exe,
+        Err(e) => {
+            row.skipped = Some(format!("cannot find vramfit's own executable: {e}"));
+            return row;
+        }
+    };
+    let mut cmd = std::process::Command::new(exe);
+    cmd.args(["bench", "memory", "--config", config_name, "--cell", &cell.to_arg(), "--steps", &steps.to_string()]);
+    cmd.args(crate::worker_process::device_args(args.device.choice()));
+    match cmd.stderr(std::process::Stdio::piped()).output() {
+        Ok(out) if out.status.success() => {
+            match String::from_utf8_lossy(&out.stdout).lines().rev().find_map(|l| serde_json::from_str(l).ok()) {
+                Some(measured) => measured,
+                None => {
+                    row.skipped = Some("the cell's process printed no result".into());
+                    row
+                }
+            }
+        }
+        Ok(out) => {
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            let tail: Vec<&str> = stderr.lines().rev().take(2).collect();
+            row.skipped = Some(format!("the cell's process failed ({}): {}", out.status, tail.join(" / ")));
+            row
+        }
+        Err(e) => {
+            row.skipped = Some(format!("cannot start the cell's process: {e}"));
+            row
+        }
+    }
+}
