@@ -200,75 +200,22 @@ impl Trainer {
     ) -> std::result::Result<StepStats, StepError> {
         self.check_memory_cap()?;
         let total: usize = batches.iter().map(Batch::len).sum();
-        let factor = self.state.split_factor;
         let scale = self.state.scaler.scale;
-        let eps = self.config.train.label_smoothing;
         let model = self.model.take().expect("model present between steps");
-        let mut accumulator = GradientsAccumulator::<Classifier>::new();
-        let mut loss_sum: Option<Tensor<1>> = None;
-        let mut correct_sum: Option<Tensor<1>> = None;
-        let mut sampled = !sample_memory;
-        for batch in batches {
-            for chunk in batch.split(factor) {
-                let n = chunk.len();
-                let (images, labels) = batch_tensors(chunk, &self.ad_device);
-                let logits = model.forward(images, self.precision);
-                if !sampled {
-                    // The peak sits between the end of forward and the middle of backward.
-                    if let Err(e) = self.device.sync() {
-                        self.model = Some(model);
-                        return Err(StepError::device(&e));
-                    }
-                    if let Some((in_use, reserved)) = self.tracker.sample(&self.device) {
-                        sink(Event::Memory {
-                            step: self.state.global_step + 1,
-                            bytes_in_use: in_use,
-                            bytes_reserved: reserved,
-                            peak_bytes_in_use: self.tracker.peak_bytes_in_use,
-                        });
-                    }
-                    sampled = true;
-                }
-                let correct =
-                    logits.clone().inner().argmax(1).reshape([n]).equal(labels.clone().inner()).int().sum().float();
-                let loss = smoothed_cross_entropy(logits, labels, eps);
-                let weighted = loss.clone() * (scale * n as f32 / total as f32);
-                let grads = GradientsParams::from_grads(weighted.backward(), &model);
-                accumulator.accumulate(&model, grads);
-                let loss_n = loss.inner() * n as f32;
-                loss_sum = Some(match loss_sum.take() {
-                    Some(a) => a + loss_n,
-                    None => loss_n,
-                });
-                correct_sum = Some(match correct_sum.take() {
-                    Some(a) => a + correct,
-                    None => correct,
-                });
-            }
-        }
-        let mut grads = accumulator.grads();
-        let mut norm = GradNormSq { grads: &grads, acc: None };
-        model.visit(&mut norm);
-        let (Some(loss_sum), Some(correct_sum), Some(norm_sq)) = (loss_sum, correct_sum, norm.acc) else {
-            self.model = Some(model);
-            return Ok(StepStats { loss: 0.0, accuracy: 0.0, images: 0, applied: false });
-        };
-        let stats = Tensor::cat(vec![loss_sum, correct_sum, norm_sq], 0).try_into_data();
-        let stats = match stats.map(|d| d.try_to_vec::<f32>()) {
-            Ok(Ok(v)) => v,
-            Ok(Err(e)) => {
+        let measured = self
+            .forward_backward(&model, batches, total, sample_memory, sink)
+            .and_then(|r| self.check_memory_cap().map(|()| r));
+        let (mut grads, stats) = match measured {
+            Ok(Some(r)) => r,
+            Ok(None) => {
                 self.model = Some(model);
-                return Err(StepError::Fatal(Error::device(&e)));
+                return Ok(StepStats { loss: 0.0, accuracy: 0.0, images: 0, applied: false });
             }
             Err(e) => {
                 self.model = Some(model);
-                return Err(StepError::device(&e));
+                return Err(e);
             }
         };
-        if let Err(e) = self.check_memory_cap() {
-            self.model = Some(model);
-            return Err(e);
-        }
         let (loss, accuracy) = (stats[0] / total as f32, stats[1] / total as f32);
         let grad_norm = stats[2].sqrt() / scale;
         let finite = loss.is_finite() && grad_norm.is_finite();
@@ -305,6 +252,75 @@ impl Trainer {
 }
 
 impl Trainer {
+    /// Forward and backward passes over the step's micro-batches (each loader batch split into
+    /// `split_factor` chunks), gradients accumulated with weights `n / total` and the loss scale.
+    /// Returns the gradients and `[loss sum, correct count, squared gradient norm]`, read back in
+    /// one transfer; `None` when the batches hold no image. Samples memory after the first
+    /// forward pass when `sample_memory`.
+    fn forward_backward(
+        &mut self,
+        model: &Classifier,
+        batches: &[Batch],
+        total: usize,
+        sample_memory: bool,
+        sink: EventSink,
+    ) -> std::result::Result<Option<(GradientsParams, Vec<f32>)>, StepError> {
+        let (scale, eps) = (self.state.scaler.scale, self.config.train.label_smoothing);
+        let mut accumulator = GradientsAccumulator::<Classifier>::new();
+        let mut loss_sum: Option<Tensor<1>> = None;
+        let mut correct_sum: Option<Tensor<1>> = None;
+        let mut sampled = !sample_memory;
+        let factor = self.state.split_factor;
+        for chunk in batches.iter().flat_map(|b| b.split(factor)) {
+            let n = chunk.len();
+            let (images, labels) = batch_tensors(chunk, &self.ad_device);
+            let logits = model.forward(images, self.precision);
+            if !sampled {
+                // The peak in use sits at the end of the forward pass, or (checkpointing) early
+                // in the backward pass.
+                self.device.sync().map_err(|e| StepError::device(&e))?;
+                self.sample_memory(sink);
+                sampled = true;
+            }
+            let correct =
+                logits.clone().inner().argmax(1).reshape([n]).equal(labels.clone().inner()).int().sum().float();
+            let loss = smoothed_cross_entropy(logits, labels, eps);
+            let weighted = loss.clone() * (scale * n as f32 / total as f32);
+            accumulator.accumulate(model, GradientsParams::from_grads(weighted.backward(), model));
+            let loss_n = loss.inner() * n as f32;
+            loss_sum = Some(match loss_sum {
+                Some(a) => a + loss_n,
+                None => loss_n,
+            });
+            correct_sum = Some(match correct_sum {
+                Some(a) => a + correct,
+                None => correct,
+            });
+        }
+        let grads = accumulator.grads();
+        let mut norm = GradNormSq { grads: &grads, acc: None };
+        model.visit(&mut norm);
+        let (Some(loss_sum), Some(correct_sum), Some(norm_sq)) = (loss_sum, correct_sum, norm.acc) else {
+            return Ok(None);
+        };
+        let stats =
+            Tensor::cat(vec![loss_sum, correct_sum, norm_sq], 0).try_into_data().map_err(|e| StepError::device(&e))?;
+        let stats = stats.try_to_vec::<f32>().map_err(|e| StepError::Fatal(Error::device(&e)))?;
+        Ok(Some((grads, stats)))
+    }
+
+    /// Samples the device's memory and reports it.
+    fn sample_memory(&mut self, sink: EventSink) {
+        if let Some((in_use, reserved)) = self.tracker.sample(&self.device) {
+            sink(Event::Memory {
+                step: self.state.global_step + 1,
+                bytes_in_use: in_use,
+                bytes_reserved: reserved,
+                peak_bytes_in_use: self.tracker.peak_bytes_in_use,
+            });
+        }
+    }
+
     /// With a memory cap, fails as out of memory when the device's reserved bytes exceed it:
     /// checked before a step (the previous optimizer step's allocations) and after its backward
     /// pass, before the update is applied. Pools keep their pages until cleaned up, so the
