@@ -28,8 +28,11 @@
 //! sized to the largest allocation served so far plus 1 MiB, rounded up to the MiB
 //! ([`page_size`]). Freed slices leave holes that a later, larger tensor cannot use, so the pools
 //! hold some partly used pages beyond the bytes in use: measured over `vramfit bench memory
-//! --fresh` on lavapipe (`reserved - peak in use`), that slack is 4.0-4.5 pages at 128 px and
-//! 3-6 pages of the 2 MiB minimum at 64 px, whatever the precision and checkpointing. The plan
+//! --fresh` on lavapipe (`reserved - peak in use`), that slack is 8 MiB plus 2.3-4.9 pages at
+//! 128 and 224 px (batch 8-32, f32, checkpointing off and on) and 1.2-3.6 pages of the 2 MiB minimum
+//! at 64 px. The first run at a new shape autotunes its kernels with buffers of its own (the same
+//! cell reserved 702 MiB cold and 538 MiB with cubecl's on-disk autotune cache warm); the plan
+//! covers the warm steps, and a capped run (`memory.cap_to_budget`) retries a cold step at half. The plan
 //! counts [`POOL_SLACK_PAGES`] = 5 pages: a flat percentage cannot fit both, since the slack
 //! grows with the largest tensor, not with the total.
 //!
