@@ -54,33 +54,80 @@ pub struct TierSettings {
     pub grad_accum_steps: usize,
 }
 
+/// One configuration the tier search tried.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct TierCandidate {
+    /// The settings tried.
+    pub settings: TierSettings,
+    /// Their predicted reserved peak in bytes ([`crate::memory::estimate`]'s `total`).
+    pub predicted_bytes: u64,
+    /// Whether that is within [`TIER_HEADROOM`] of the budget.
+    pub fits: bool,
+}
+
 /// The cheapest settings in compute that train `config`'s effective batch within
 /// [`TIER_HEADROOM`] of its budget, by [`crate::memory::plan`]: f32 without checkpointing (no
 /// recomputation, no loss scaling), then f16, then f16 with checkpointing, each first as one
 /// micro-batch; when none holds the whole batch, the largest micro-batch with accumulation that
 /// f16 with checkpointing fits. `None` when not even micro-batch 1 fits.
 pub fn tier_settings(config: &Config, num_classes: usize) -> Option<TierSettings> {
+    tier_search(config, num_classes).0
+}
+
+/// [`tier_settings`] with every candidate it tried, in order (what `vramfit plan --suggest`
+/// prints).
+pub fn tier_search(config: &Config, num_classes: usize) -> (Option<TierSettings>, Vec<TierCandidate>) {
     use crate::config::Precision;
     let effective = config.train.batch_size * config.train.grad_accum_steps;
-    let mut c = config.clone();
-    c.memory.memory_budget_bytes = (config.memory.memory_budget_bytes as f64 * TIER_HEADROOM) as u64;
-    c.train.batch_size = effective;
-    c.train.grad_accum_steps = 1;
-    let savings = [(Precision::F32, false), (Precision::F16, false), (Precision::F16, true)];
-    for (precision, checkpointing) in savings {
-        c.train.precision = precision;
-        c.train.checkpointing = checkpointing;
-        if crate::memory::plan(&c, num_classes).fits {
-            return Some(TierSettings { precision, checkpointing, batch_size: effective, grad_accum_steps: 1 });
+    let mut room = config.clone();
+    room.memory.memory_budget_bytes = (config.memory.memory_budget_bytes as f64 * TIER_HEADROOM) as u64;
+    let plan_of = |settings: &TierSettings| {
+        let mut c = room.clone();
+        c.train.precision = settings.precision;
+        c.train.checkpointing = settings.checkpointing;
+        c.train.batch_size = settings.batch_size;
+        c.train.grad_accum_steps = settings.grad_accum_steps;
+        crate::memory::plan(&c, num_classes)
+    };
+    let mut tried = Vec::new();
+    let mut last_plan = None;
+    for (precision, checkpointing) in [(Precision::F32, false), (Precision::F16, false), (Precision::F16, true)] {
+        let settings = TierSettings { precision, checkpointing, batch_size: effective, grad_accum_steps: 1 };
+        let plan = plan_of(&settings);
+        tried.push(TierCandidate { settings, predicted_bytes: plan.estimate.total, fits: plan.fits });
+        if plan.fits {
+            return (Some(settings), tried);
         }
+        last_plan = Some(plan);
     }
-    let plan = crate::memory::plan(&c, num_classes);
-    (plan.fit_batch_size > 0).then_some(TierSettings {
+    // The last candidate was f16 with checkpointing: its plan holds the split that fits.
+    let plan = last_plan.expect("three candidates tried");
+    if plan.fit_batch_size == 0 {
+        return (None, tried);
+    }
+    let settings = TierSettings {
         precision: Precision::F16,
         checkpointing: true,
         batch_size: plan.fit_batch_size,
         grad_accum_steps: plan.fit_grad_accum_steps,
-    })
+    };
+    let split = plan_of(&settings);
+    tried.push(TierCandidate { settings, predicted_bytes: split.estimate.total, fits: split.fits });
+    (Some(settings), tried)
+}
+
+impl std::fmt::Display for TierSettings {
+    /// `f32, checkpointing off, batch 32 x 1`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{}, checkpointing {}, batch {} x {}",
+            if self.precision == crate::config::Precision::F16 { "f16" } else { "f32" },
+            if self.checkpointing { "on" } else { "off" },
+            self.batch_size,
+            self.grad_accum_steps
+        )
+    }
 }
 
 #[cfg(test)]
@@ -130,6 +177,15 @@ mod tests {
         let s = with_room_for(needs(F16, true) - 1);
         assert_eq!((s.precision, s.checkpointing), (F16, true));
         assert!(s.batch_size < 32 && s.batch_size * s.grad_accum_steps == 32, "{s:?}");
+        // The search reports what it tried: the three whole-batch savings, then the split.
+        let mut c = base.clone();
+        c.memory.memory_budget_bytes = ((needs(F16, true) - 1) as f64 / TIER_HEADROOM).ceil() as u64;
+        let (chosen, tried) = tier_search(&c, 10);
+        assert_eq!(tried.len(), 4);
+        assert!(tried[..3].iter().all(|t| !t.fits) && tried[3].fits);
+        assert_eq!(tried[0].predicted_bytes, needs(F32, false));
+        assert_eq!(Some(tried[3].settings), chosen);
+        assert_eq!(tried[0].settings.to_string(), "f32, checkpointing off, batch 32 x 1");
     }
 
     #[test]

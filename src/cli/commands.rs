@@ -372,6 +372,14 @@ pub struct PlanArgs {
     /// Number of classes of the head.
     #[arg(long, default_value_t = 10)]
     classes: usize,
+    /// Plan against this budget instead of memory.memory_budget_bytes (e.g. 6GiB, 4096MiB).
+    #[arg(long)]
+    budget: Option<String>,
+    /// Search the cheapest settings (precision, checkpointing, micro-batch x accumulation for the
+    /// config's effective batch) that fit 80% of the budget, as the tier presets are made, and
+    /// print each candidate and the choice.
+    #[arg(long)]
+    suggest: bool,
 }
 
 /// The plan as printed by `vramfit plan`.
@@ -427,11 +435,54 @@ pub fn plan_report(config: &Config, p: &memory::Plan) -> String {
 }
 
 pub fn plan(args: PlanArgs) -> anyhow::Result<ExitCode> {
-    let config = args.config.load()?;
+    let mut config = args.config.load()?;
+    if let Some(budget) = &args.budget {
+        config.memory.memory_budget_bytes = super::parse_bytes(budget)
+            .ok_or_else(|| anyhow::anyhow!("--budget {budget:?}: expected a size such as 6GiB, 4096MiB or bytes"))?;
+    }
+    if args.suggest {
+        print!("{}", suggest_report(&mut config, args.classes));
+    }
     let p = memory::plan(&config, args.classes);
     print!("{}", plan_report(&config, &p));
     // Exit status 2 when the configuration does not fit, for scripts (`plan && train`).
     Ok(if p.fits { ExitCode::SUCCESS } else { ExitCode::from(2) })
+}
+
+/// `vramfit plan --suggest`: the tier search's candidates and choice; applies the choice to
+/// `config` so the plan printed after it is the suggested one.
+fn suggest_report(config: &mut Config, classes: usize) -> String {
+    let budget = config.memory.memory_budget_bytes;
+    let room = (budget as f64 * crate::presets::TIER_HEADROOM) as u64;
+    let effective = config.train.batch_size * config.train.grad_accum_steps;
+    let mut s = format!(
+        "cheapest settings for an effective batch of {effective} within {:.0}% of {} ({}):\n",
+        crate::presets::TIER_HEADROOM * 100.0,
+        human_bytes(budget),
+        human_bytes(room)
+    );
+    let (chosen, tried) = crate::presets::tier_search(config, classes);
+    for t in &tried {
+        let verdict = if t.fits { "fits" } else { "over" };
+        s.push_str(&format!("  {:<40}{:>12}  {verdict}\n", t.settings.to_string(), human_bytes(t.predicted_bytes)));
+    }
+    match chosen {
+        Some(t) => {
+            s.push_str(&format!(
+                "suggested: {t}: --set train.precision={} --set train.checkpointing={} --batch-size {} --grad-accum-steps {}\n\n",
+                if t.precision == crate::config::Precision::F16 { "f16" } else { "f32" },
+                t.checkpointing,
+                t.batch_size,
+                t.grad_accum_steps
+            ));
+            config.train.precision = t.precision;
+            config.train.checkpointing = t.checkpointing;
+            config.train.batch_size = t.batch_size;
+            config.train.grad_accum_steps = t.grad_accum_steps;
+        }
+        None => s.push_str("nothing fits, not even micro-batch 1 with f16 and checkpointing: lower crop_size\n\n"),
+    }
+    s
 }
 
 pub fn devices() -> anyhow::Result<ExitCode> {
