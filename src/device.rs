@@ -27,8 +27,35 @@ pub struct AdapterInfo {
     pub max_storage_buffer_binding_size: u64,
     /// Whether shaders can compute in f16.
     pub shader_f16: bool,
+    /// Device-local memory in bytes (the largest device-local heap), where the platform exposes
+    /// it: read from Vulkan's memory properties; `None` on other backends.
+    pub device_local_bytes: Option<u64>,
     #[serde(skip)]
     kind: Option<DeviceKind>,
+}
+
+/// The largest device-local memory heap of a Vulkan adapter (Vulkan spec
+/// `vkGetPhysicalDeviceMemoryProperties`, heap flag `DEVICE_LOCAL` = 0x1): the card's VRAM on a
+/// discrete GPU, the share of system memory a driver offers on integrated and software adapters.
+/// `None` on other backends, where wgpu exposes no memory size.
+#[cfg(not(target_arch = "wasm32"))]
+fn device_local_bytes(adapter: &wgpu::Adapter) -> Option<u64> {
+    if adapter.get_info().backend != wgpu::Backend::Vulkan {
+        return None;
+    }
+    // SAFETY: the Vulkan adapter is only read (memory properties), never destroyed or used for
+    // work; the guard keeps it alive for the call.
+    let hal = unsafe { adapter.as_hal::<wgpu::hal::api::Vulkan>() }?;
+    let properties = unsafe {
+        hal.shared_instance().raw_instance().get_physical_device_memory_properties(hal.raw_physical_device())
+    };
+    const DEVICE_LOCAL: u32 = 0x1;
+    properties.memory_heaps_as_slice().iter().filter(|h| h.flags.as_raw() & DEVICE_LOCAL != 0).map(|h| h.size).max()
+}
+
+#[cfg(target_arch = "wasm32")]
+fn device_local_bytes(_adapter: &wgpu::Adapter) -> Option<u64> {
+    None
 }
 
 /// Every adapter wgpu sees, in its enumeration order.
@@ -60,6 +87,7 @@ pub fn list_adapters() -> Vec<AdapterInfo> {
                 max_buffer_size: limits.max_buffer_size,
                 max_storage_buffer_binding_size: limits.max_storage_buffer_binding_size as u64,
                 shader_f16: a.features().contains(wgpu::Features::SHADER_F16),
+                device_local_bytes: device_local_bytes(a),
                 kind,
             }
         })

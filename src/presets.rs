@@ -37,6 +37,14 @@ pub fn load_config(name_or_path: &str) -> crate::Result<Config> {
     Config::load(path)
 }
 
+/// The tier preset for a card with `device_local_bytes` of memory: the largest tier whose
+/// budget it holds (a "4 GB" card reports a little under 4 GiB, so 5% of slack is allowed);
+/// `None` under the smallest tier.
+pub fn tier_for_memory(device_local_bytes: u64) -> Option<&'static str> {
+    const TIERS: [(&str, u64); 4] = [("12gb", 12), ("8gb", 8), ("6gb", 6), ("4gb", 4)];
+    TIERS.iter().find(|(_, gib)| device_local_bytes as f64 >= 0.95 * (*gib << 30) as f64).map(|(name, _)| *name)
+}
+
 /// Fraction of a tier's budget its preset may plan to use: the rest is left to the display,
 /// the driver and other programs on the card.
 pub const TIER_HEADROOM: f64 = 0.8;
@@ -186,6 +194,15 @@ mod tests {
         assert_eq!(tried[0].predicted_bytes, needs(F32, false));
         assert_eq!(Some(tried[3].settings), chosen);
         assert_eq!(tried[0].settings.to_string(), "f32, checkpointing off, batch 32 x 1");
+    }
+
+    #[test]
+    fn a_card_gets_the_largest_tier_it_holds() {
+        assert_eq!(tier_for_memory(2 << 30), None); // lavapipe reports 2 GiB
+        assert_eq!(tier_for_memory(4_096_000_000), Some("4gb")); // a "4 GB" card: 3.81 GiB
+        assert_eq!(tier_for_memory(8 << 30), Some("8gb"));
+        assert_eq!(tier_for_memory(11 << 30), Some("8gb"));
+        assert_eq!(tier_for_memory(24 << 30), Some("12gb"));
     }
 
     #[test]

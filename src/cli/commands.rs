@@ -495,13 +495,14 @@ pub fn devices() -> anyhow::Result<ExitCode> {
     }
     for a in &adapters {
         println!(
-            "{}{} {} [{} {}] driver {} | max buffer {} | max storage binding {} | f16 {}",
+            "{}{} {} [{} {}] driver {} | memory {} | max buffer {} | max storage binding {} | f16 {}",
             if Some(a.index) == default { "*" } else { " " },
             a.index,
             a.name,
             a.backend,
             a.device_type,
             if a.driver.is_empty() { "?" } else { &a.driver },
+            a.device_local_bytes.map_or("unknown (not Vulkan)".into(), human_bytes),
             human_bytes(a.max_buffer_size),
             human_bytes(a.max_storage_buffer_binding_size),
             if a.shader_f16 { "yes" } else { "no" }

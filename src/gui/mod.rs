@@ -168,6 +168,13 @@ impl VramfitApp {
         }
     }
 
+    /// The tier preset matching the selected adapter's memory, where the platform reports it
+    /// (marked "this card" in the preset picker).
+    pub fn card_tier(&self) -> Option<&'static str> {
+        let bytes = self.settings.adapter.and_then(|i| self.adapters.get(i))?.device_local_bytes?;
+        crate::presets::tier_for_memory(bytes)
+    }
+
     /// Applies a preset to the sliders.
     pub fn select_preset(&mut self, name: &str) {
         match crate::presets::load_config(name) {

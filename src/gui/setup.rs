@@ -7,7 +7,10 @@ impl VramfitApp {
         let busy = self.training();
         ui.heading("Setup");
         ui.add_enabled_ui(!busy, |ui| {
-            let label = |a: &AdapterInfo| format!("{} ({} {})", a.name, a.backend, a.device_type);
+            let label = |a: &AdapterInfo| match a.device_local_bytes {
+                Some(bytes) => format!("{} ({} {}, {})", a.name, a.backend, a.device_type, human_bytes(bytes)),
+                None => format!("{} ({} {})", a.name, a.backend, a.device_type),
+            };
             let selected = self.device_label();
             let device_label = ui.label("Device");
             egui::ComboBox::from_id_salt("device")
@@ -75,8 +78,11 @@ impl VramfitApp {
                 egui::ComboBox::from_id_salt("preset")
                     .selected_text(self.settings.preset.clone())
                     .show_ui(ui, |ui| {
+                        let this_card = self.card_tier();
                         for (name, _) in crate::presets::PRESETS {
-                            if ui.selectable_label(self.settings.preset == name, name).clicked() {
+                            let text =
+                                if this_card == Some(name) { format!("{name} (this card)") } else { name.to_string() };
+                            if ui.selectable_label(self.settings.preset == name, text).clicked() {
                                 chosen = Some(name);
                             }
                         }
