@@ -185,7 +185,10 @@ pub struct MemoryBenchRow {
 impl MemoryBenchRow {
     /// The row of `cell` with the plan's figures and nothing measured yet.
     pub fn planned(base: &Config, cell: &MemoryCell) -> Self {
-        let est = memory::estimate(&cell.config(base), cell.batch_size, BENCH_CLASSES);
+        Self::with_estimate(cell, &memory::estimate(&cell.config(base), cell.batch_size, BENCH_CLASSES))
+    }
+
+    fn with_estimate(cell: &MemoryCell, est: &memory::MemoryEstimate) -> Self {
         Self {
             batch_size: cell.batch_size,
             image_px: cell.image_px,
@@ -212,7 +215,7 @@ impl MemoryBenchRow {
 pub fn measure_cell(base: &Config, device: &SelectedDevice, cell: &MemoryCell, steps: usize) -> MemoryBenchRow {
     let c = cell.config(base);
     let est = memory::estimate(&c, cell.batch_size, BENCH_CLASSES);
-    let mut row = MemoryBenchRow::planned(base, cell);
+    let mut row = MemoryBenchRow::with_estimate(cell, &est);
     if cell.precision == Precision::F16 && !device.supports_f16() {
         row.skipped = Some("adapter has no shader f16".into());
         return row;

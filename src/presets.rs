@@ -91,10 +91,7 @@ pub fn tier_search(config: &Config, num_classes: usize) -> (Option<TierSettings>
     room.memory.memory_budget_bytes = (config.memory.memory_budget_bytes as f64 * TIER_HEADROOM) as u64;
     let plan_of = |settings: &TierSettings| {
         let mut c = room.clone();
-        c.train.precision = settings.precision;
-        c.train.checkpointing = settings.checkpointing;
-        c.train.batch_size = settings.batch_size;
-        c.train.grad_accum_steps = settings.grad_accum_steps;
+        settings.apply(&mut c);
         crate::memory::plan(&c, num_classes)
     };
     let mut tried = Vec::new();
@@ -122,6 +119,16 @@ pub fn tier_search(config: &Config, num_classes: usize) -> (Option<TierSettings>
     let split = plan_of(&settings);
     tried.push(TierCandidate { settings, predicted_bytes: split.estimate.total, fits: split.fits });
     (Some(settings), tried)
+}
+
+impl TierSettings {
+    /// Writes these settings into `config`'s `train` section.
+    pub fn apply(&self, config: &mut Config) {
+        config.train.precision = self.precision;
+        config.train.checkpointing = self.checkpointing;
+        config.train.batch_size = self.batch_size;
+        config.train.grad_accum_steps = self.grad_accum_steps;
+    }
 }
 
 impl std::fmt::Display for TierSettings {

@@ -475,10 +475,7 @@ fn suggest_report(config: &mut Config, classes: usize) -> String {
                 t.batch_size,
                 t.grad_accum_steps
             ));
-            config.train.precision = t.precision;
-            config.train.checkpointing = t.checkpointing;
-            config.train.batch_size = t.batch_size;
-            config.train.grad_accum_steps = t.grad_accum_steps;
+            t.apply(config);
         }
         None => s.push_str("nothing fits, not even micro-batch 1 with f16 and checkpointing: lower crop_size\n\n"),
     }
