@@ -4,6 +4,7 @@
 //!
 //! One test binary (linking burn once), split into modules by subject; the helpers shared by
 //! several modules live here.
+#![allow(clippy::unwrap_used)] // a panic is how a test fails
 
 use std::path::{Path, PathBuf};
 
