@@ -233,36 +233,36 @@ fn is_step_name(name: &str) -> bool {
 /// only when `legacy_ok`, i.e. when `latest.json` names it.
 ///
 /// # Errors
-/// A one-line reason naming the damaged or missing file.
-pub fn verify(dir: &Path, legacy_ok: bool) -> std::result::Result<TrainState, String> {
+/// [`Error::Checkpoint`] naming the damaged or missing file.
+pub fn verify(dir: &Path, legacy_ok: bool) -> Result<TrainState> {
+    let fault = |path: &Path, message: String| Error::Checkpoint { path: path.into(), message };
     let sums_path = dir.join("checksums.json");
     match std::fs::read(&sums_path) {
         Ok(text) => {
             let sums: std::collections::BTreeMap<String, FileChecksum> =
-                serde_json::from_slice(&text).map_err(|e| format!("{} is damaged ({e})", sums_path.display()))?;
+                serde_json::from_slice(&text).map_err(|e| fault(&sums_path, format!("is damaged ({e})")))?;
             for file in CHECKPOINT_FILES {
                 let path = dir.join(file);
-                let want = sums.get(file).ok_or_else(|| format!("{} does not list {file}", sums_path.display()))?;
-                let data = std::fs::read(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+                let want = sums.get(file).ok_or_else(|| fault(&sums_path, format!("does not list {file}")))?;
+                let data = std::fs::read(&path).map_err(|e| fault(&path, format!("cannot be read ({e})")))?;
                 let got = FileChecksum::of(&data);
                 if got != *want {
-                    return Err(format!(
-                        "{} is damaged ({} bytes, CRC-32 {:08x}; the checkpoint recorded {} bytes, {:08x})",
-                        path.display(),
-                        got.bytes,
-                        got.crc32,
-                        want.bytes,
-                        want.crc32
+                    return Err(fault(
+                        &path,
+                        format!(
+                            "is damaged ({} bytes, CRC-32 {:08x}; the checkpoint recorded {} bytes, {:08x})",
+                            got.bytes, got.crc32, want.bytes, want.crc32
+                        ),
                     ));
                 }
             }
         }
         Err(_) if legacy_ok => {}
-        Err(_) => return Err(format!("{} is incomplete (no checksums.json: its save was interrupted)", dir.display())),
+        Err(_) => return Err(fault(dir, "is incomplete (no checksums.json: its save was interrupted)".into())),
     }
     let state_path = dir.join("state.json");
-    let bytes = std::fs::read(&state_path).map_err(|e| format!("{}: {e}", state_path.display()))?;
-    serde_json::from_slice(&bytes).map_err(|e| format!("{} is damaged ({e})", state_path.display()))
+    let bytes = std::fs::read(&state_path).map_err(|e| fault(&state_path, format!("cannot be read ({e})")))?;
+    serde_json::from_slice(&bytes).map_err(|e| fault(&state_path, format!("is damaged ({e})")))
 }
 
 /// The checkpoint a run continues from.
@@ -307,7 +307,7 @@ pub fn find_latest(run_dir: &Path) -> Result<LatestCheckpoint> {
         let dir = root.join(&name);
         match verify(&dir, legacy_ok) {
             Ok(state) => return Ok(LatestCheckpoint { dir, state, damaged }),
-            Err(reason) => damaged.push(reason),
+            Err(reason) => damaged.push(reason.to_string()),
         }
     }
     let message = if damaged.is_empty() {

@@ -320,7 +320,7 @@ impl Config {
     pub fn from_toml(text: &str, source_name: &str) -> Result<Self> {
         let config: Config = toml::from_str(text)
             .map_err(|e| Error::Config { source_name: source_name.to_string(), message: one_line(&e.to_string()) })?;
-        config.validate().map_err(|message| Error::Config { source_name: source_name.to_string(), message })?;
+        config.validate(source_name)?;
         Ok(config)
     }
 
@@ -389,8 +389,7 @@ impl Config {
     /// [`Error::Config`] naming the key when it does not exist or the value is out of range.
     pub fn set(&mut self, assignment: &str) -> Result<()> {
         let updated = self.assigned(assignment)?;
-        let err = |message: String| Error::Config { source_name: format!("--set {assignment}"), message };
-        updated.validate().map_err(err)?;
+        updated.validate(&format!("--set {assignment}"))?;
         *self = updated;
         Ok(())
     }
@@ -405,7 +404,7 @@ impl Config {
             Ok(mut t) => t.remove("v").unwrap_or(toml::Value::String(raw.trim().into())),
             Err(_) => toml::Value::String(raw.trim().to_string()),
         };
-        let mut root = toml::Value::try_from(&*self).map_err(|e| err(e.to_string()))?;
+        let mut root = toml::Value::try_from(self).map_err(|e| err(e.to_string()))?;
         let mut node = &mut root;
         let parts: Vec<&str> = key.split('.').collect();
         for (i, part) in parts.iter().enumerate() {
@@ -435,16 +434,21 @@ impl Config {
             updated = updated.assigned(a)?;
         }
         let source_name = format!("--set {}", assignments.join(" --set "));
-        updated.validate().map_err(|message| Error::Config { source_name, message })?;
+        updated.validate(&source_name)?;
         *self = updated;
         Ok(())
     }
 
-    /// Checks every value's range; the message names the key and the allowed range.
+    /// Checks every value's range; `source_name` (the file or override) and the key are named.
     ///
     /// # Errors
-    /// A one-line message naming the key.
-    pub fn validate(&self) -> std::result::Result<(), String> {
+    /// [`Error::Config`] naming the source, the key, its value and the allowed range.
+    pub fn validate(&self, source_name: &str) -> Result<()> {
+        self.range_problem().map_err(|message| Error::Config { source_name: source_name.to_string(), message })
+    }
+
+    /// The first value out of its range, as a one-line message naming the key.
+    fn range_problem(&self) -> std::result::Result<(), String> {
         let t = &self.train;
         let check = |ok: bool, msg: &str| if ok { Ok(()) } else { Err(msg.to_string()) };
         check(t.batch_size >= 1 && t.batch_size <= 4096, "train.batch_size must be 1..=4096")?;
@@ -487,7 +491,10 @@ impl Config {
             // Below 0.001 (a quarter of one 8-bit level) normalization turns pixels into overflow.
             real(&format!("data.std[{c}]"), std.into(), (0.001..=10.0).contains(&std), "[0.001, 10]")?;
         }
-        self.data.preprocess.validate()?;
+        self.data.preprocess.validate().map_err(|e| match e {
+            Error::Preprocess(m) => m,
+            other => other.to_string(),
+        })?;
         let crop = self.data.preprocess.crop_size as u64;
         if self.data.max_image_pixels < crop.saturating_mul(crop) {
             return Err(format!(

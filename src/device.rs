@@ -85,7 +85,7 @@ pub fn list_adapters() -> Vec<AdapterInfo> {
                 device_type: format!("{:?}", info.device_type),
                 driver: format!("{} {}", info.driver, info.driver_info).trim().to_string(),
                 max_buffer_size: limits.max_buffer_size,
-                max_storage_buffer_binding_size: limits.max_storage_buffer_binding_size as u64,
+                max_storage_buffer_binding_size: limits.max_storage_buffer_binding_size,
                 shader_f16: a.features().contains(wgpu::Features::SHADER_F16),
                 device_local_bytes: device_local_bytes(a),
                 kind,

@@ -22,12 +22,12 @@ pub enum Error {
         message: String,
     },
     /// One image that cannot be decoded or used.
-    #[error("image {}: {message}", path.display())]
+    #[error("image {}: {fault}", path.display())]
     Image {
         /// The image file.
         path: PathBuf,
         /// Why it was rejected.
-        message: String,
+        fault: crate::image_io::ImageFault,
     },
     /// An IDX (MNIST format) file that is malformed.
     #[error("IDX file {}: {message}", path.display())]
@@ -55,6 +55,14 @@ pub enum Error {
         /// The file.
         path: PathBuf,
         /// The cause.
+        message: String,
+    },
+    /// A checkpoint folder whose files are missing or do not match their recorded checksums.
+    #[error("{} {message}", path.display())]
+    Checkpoint {
+        /// The damaged or missing file (or the folder).
+        path: PathBuf,
+        /// What is wrong with it, e.g. "is damaged (0 bytes, ...)".
         message: String,
     },
     /// The run was stopped by the user; the last checkpoint is intact.
@@ -96,6 +104,9 @@ pub fn one_line_cause(text: &str) -> String {
     }
 }
 
+/// Result alias for the engine.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
 #[cfg(test)]
 mod tests {
     #[test]
@@ -110,6 +121,3 @@ mod tests {
         assert_eq!(super::one_line_cause("lost device"), "lost device");
     }
 }
-
-/// Result alias for the engine.
-pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -51,7 +51,7 @@ pub fn read_maybe_gzip(path: &Path) -> Result<Vec<u8>> {
 ///
 /// # Errors
 /// A reason for corrupt gzip or output over [`MAX_DECOMPRESSED_BYTES`].
-pub fn decompress_if_gzip(raw: Vec<u8>) -> std::result::Result<Vec<u8>, String> {
+fn decompress_if_gzip(raw: Vec<u8>) -> std::result::Result<Vec<u8>, String> {
     if raw.len() < 2 || raw[0] != 0x1f || raw[1] != 0x8b {
         return Ok(raw);
     }
@@ -124,7 +124,7 @@ fn parse_header(bytes: &[u8], want_magic: u32, want_ndim: usize) -> std::result:
 ///
 /// # Errors
 /// A reason: wrong magic, wrong dimension count, header or payload size mismatch.
-pub fn parse_images(bytes: &[u8]) -> std::result::Result<IdxImages, String> {
+fn parse_images(bytes: &[u8]) -> std::result::Result<IdxImages, String> {
     let dims = parse_header(bytes, IMAGES_MAGIC, 3)?;
     let (count, rows, cols) = (dims[0], dims[1], dims[2]);
     if rows == 0 || cols == 0 {
@@ -137,7 +137,7 @@ pub fn parse_images(bytes: &[u8]) -> std::result::Result<IdxImages, String> {
 ///
 /// # Errors
 /// As [`parse_images`].
-pub fn parse_labels(bytes: &[u8]) -> std::result::Result<Vec<u8>, String> {
+fn parse_labels(bytes: &[u8]) -> std::result::Result<Vec<u8>, String> {
     parse_header(bytes, LABELS_MAGIC, 1)?;
     Ok(bytes[8..].to_vec())
 }

@@ -47,44 +47,115 @@ impl Default for LoadOptions {
     }
 }
 
+/// Why one image file was rejected: the typed reason inside [`Error::Image`]. `check-data`
+/// groups skipped files by [`ImageFault::kind`].
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ImageFault {
+    /// The file could not be read (permissions, vanished, a folder).
+    #[error("cannot read: {0}")]
+    Unreadable(String),
+    /// The file has no bytes.
+    #[error("empty file (0 bytes)")]
+    Empty,
+    /// A HEIF/HEIC/AVIF container, which no decoder here reads.
+    #[error("HEIF/HEIC image (brand `{brand}`) is not supported; convert it to JPEG or PNG")]
+    Heif {
+        /// The `ftyp` brand, e.g. `heic`.
+        brand: String,
+    },
+    /// Text, or bytes that match no supported format.
+    #[error("not an image: {0}")]
+    NotAnImage(&'static str),
+    /// The header cannot be parsed.
+    #[error("unreadable {format} header: {message}")]
+    BadHeader {
+        /// The format the content was recognised as.
+        format: String,
+        /// The decoder's reason.
+        message: String,
+    },
+    /// Width x height over `data.max_image_pixels`, checked before decoding.
+    #[error(
+        "{width}x{height} is {:.1} megapixels, over the cap of {:.1} (data.max_image_pixels); \
+         downscale the file or raise the cap",
+        *width as f64 * *height as f64 / 1e6,
+        *max_pixels as f64 / 1e6
+    )]
+    OverPixelCap {
+        /// Width in pixels.
+        width: u32,
+        /// Height in pixels.
+        height: u32,
+        /// The cap, in pixels.
+        max_pixels: u64,
+    },
+    /// A JPEG whose data ends early (see [`decode_image`]'s rule 5).
+    #[error("truncated or corrupt JPEG ({0}); the decoder would invent the missing rows")]
+    TruncatedJpeg(String),
+    /// Decoded, but the preprocess geometry cannot use it (e.g. smaller than the crop).
+    #[error("{0} (data.preprocess)")]
+    Unusable(String),
+    /// The decoder failed on the pixel data.
+    #[error("cannot decode {format}: {message}")]
+    Corrupt {
+        /// The format the content was recognised as.
+        format: String,
+        /// The decoder's reason.
+        message: String,
+    },
+}
+
+impl ImageFault {
+    /// A short label of the kind of fault, the same for every file with that fault (what
+    /// `check-data` groups skipped files by).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            ImageFault::Unreadable(_) => "cannot read",
+            ImageFault::Empty => "empty file",
+            ImageFault::Heif { .. } => "HEIF/HEIC not supported",
+            ImageFault::NotAnImage(_) => "not an image",
+            ImageFault::BadHeader { .. } => "unreadable header",
+            ImageFault::OverPixelCap { .. } => "over data.max_image_pixels",
+            ImageFault::TruncatedJpeg(_) => "truncated or corrupt JPEG",
+            ImageFault::Corrupt { .. } => "cannot decode",
+            ImageFault::Unusable(_) => "unusable with data.preprocess",
+        }
+    }
+}
+
 /// Reads and decodes the image file at `path`.
 ///
 /// # Errors
-/// [`Error::Image`] naming `path`: unreadable, empty, not an image, unsupported (HEIF),
-/// over the pixel cap, truncated or corrupt.
+/// [`Error::Image`] naming `path`, with the [`ImageFault`]: unreadable, empty, not an image,
+/// unsupported (HEIF), over the pixel cap, truncated or corrupt.
 pub fn load_image(path: &Path, opts: &LoadOptions) -> Result<RgbImage> {
-    let bytes =
-        std::fs::read(path).map_err(|e| Error::Image { path: path.into(), message: format!("cannot read: {e}") })?;
-    decode_image(&bytes, opts).map_err(|message| Error::Image { path: path.into(), message })
+    let image_err = |fault| Error::Image { path: path.into(), fault };
+    let bytes = std::fs::read(path).map_err(|e| image_err(ImageFault::Unreadable(e.to_string())))?;
+    decode_image(&bytes, opts).map_err(image_err)
 }
 
 /// Decodes encoded image bytes to RGB. See the module docs for the rules.
 ///
 /// # Errors
-/// A one-line reason (the caller adds the file name).
-pub fn decode_image(bytes: &[u8], opts: &LoadOptions) -> std::result::Result<RgbImage, String> {
+/// The [`ImageFault`] (the caller adds the file name).
+pub fn decode_image(bytes: &[u8], opts: &LoadOptions) -> std::result::Result<RgbImage, ImageFault> {
     if bytes.is_empty() {
-        return Err("empty file (0 bytes)".into());
+        return Err(ImageFault::Empty);
     }
     let format = image::guess_format(bytes).map_err(|_| describe_unknown(bytes))?;
-    let (w, h) = header_dimensions(bytes, format)?;
-    let pixels = w as u64 * h as u64;
-    if pixels > opts.max_pixels {
-        return Err(format!(
-            "{w}x{h} is {:.1} megapixels, over the cap of {:.1} (data.max_image_pixels); \
-             downscale the file or raise the cap",
-            pixels as f64 / 1e6,
-            opts.max_pixels as f64 / 1e6
-        ));
+    let (width, height) = header_dimensions(bytes, format)?;
+    if width as u64 * height as u64 > opts.max_pixels {
+        return Err(ImageFault::OverPixelCap { width, height, max_pixels: opts.max_pixels });
     }
     if format == ImageFormat::Jpeg {
         check_jpeg_complete(bytes)?;
     }
+    let corrupt = |e: image::ImageError| ImageFault::Corrupt { format: format!("{format:?}"), message: e.to_string() };
     let mut reader = ImageReader::with_format(Cursor::new(bytes), format);
     reader.limits(limits_for(opts));
-    let mut decoder = reader.into_decoder().map_err(|e| format!("cannot decode {format:?}: {e}"))?;
+    let mut decoder = reader.into_decoder().map_err(corrupt)?;
     let orientation = decoder.orientation().unwrap_or(image::metadata::Orientation::NoTransforms);
-    let mut img = DynamicImage::from_decoder(decoder).map_err(|e| format!("cannot decode {format:?}: {e}"))?;
+    let mut img = DynamicImage::from_decoder(decoder).map_err(corrupt)?;
     img.apply_orientation(orientation);
     Ok(to_rgb(img, opts.alpha))
 }
@@ -92,12 +163,14 @@ pub fn decode_image(bytes: &[u8], opts: &LoadOptions) -> std::result::Result<Rgb
 /// Width and height in pixels from the header alone (nothing is decoded).
 ///
 /// # Errors
-/// A reason when the header is unreadable.
-pub fn header_dimensions(bytes: &[u8], format: ImageFormat) -> std::result::Result<(u32, u32), String> {
+/// [`ImageFault::BadHeader`] when the header is unreadable.
+pub fn header_dimensions(bytes: &[u8], format: ImageFormat) -> std::result::Result<(u32, u32), ImageFault> {
     let mut reader = ImageReader::with_format(Cursor::new(bytes), format);
     // No allocation limit here: only the header is parsed, and the cap is checked by the caller.
     reader.no_limits();
-    reader.into_dimensions().map_err(|e| format!("unreadable {format:?} header: {e}"))
+    reader
+        .into_dimensions()
+        .map_err(|e| ImageFault::BadHeader { format: format!("{format:?}"), message: e.to_string() })
 }
 
 fn limits_for(opts: &LoadOptions) -> Limits {
@@ -108,18 +181,18 @@ fn limits_for(opts: &LoadOptions) -> Limits {
 }
 
 /// Why bytes that no decoder recognises were rejected.
-fn describe_unknown(bytes: &[u8]) -> String {
+fn describe_unknown(bytes: &[u8]) -> ImageFault {
     if bytes.len() >= 12 && &bytes[4..8] == b"ftyp" {
         let brand = String::from_utf8_lossy(&bytes[8..12]).to_string();
         if ["heic", "heix", "hevc", "heim", "heis", "mif1", "msf1", "avif"].contains(&brand.as_str()) {
-            return format!("HEIF/HEIC image (brand `{brand}`) is not supported; convert it to JPEG or PNG");
+            return ImageFault::Heif { brand };
         }
     }
     let head = &bytes[..bytes.len().min(64)];
     if head.iter().all(|b| b.is_ascii_graphic() || b.is_ascii_whitespace()) {
-        return "not an image: the file is text".into();
+        return ImageFault::NotAnImage("the file is text");
     }
-    "not an image: content matches no supported format (jpeg, png, bmp, webp, gif, tiff)".into()
+    ImageFault::NotAnImage("content matches no supported format (jpeg, png, bmp, webp, gif, tiff)")
 }
 
 /// Rejects JPEGs whose entropy-coded data is cut short (decoders fill the missing rows with
@@ -129,7 +202,7 @@ fn describe_unknown(bytes: &[u8]) -> String {
 /// not end with EOI must have data down to the bottom of the image. That is tested by decoding it
 /// again with the last eighth of its scan data removed: for a complete file the first changed row
 /// is in the bottom part of the image, for a file cut at 60% it is above the middle.
-fn check_jpeg_complete(bytes: &[u8]) -> std::result::Result<(), String> {
+fn check_jpeg_complete(bytes: &[u8]) -> std::result::Result<(), ImageFault> {
     let decode = |data: &[u8], strict: bool| {
         let options = zune_core::options::DecoderOptions::default().set_strict_mode(strict);
         let mut d = zune_jpeg::JpegDecoder::new_with_options(zune_core::bytestream::ZCursor::new(data), options);
@@ -137,8 +210,7 @@ fn check_jpeg_complete(bytes: &[u8]) -> std::result::Result<(), String> {
         let (w, h) = d.dimensions().unwrap_or((0, 0));
         Ok::<_, zune_jpeg::errors::DecodeErrors>((pixels, w, h))
     };
-    let truncated =
-        |why: String| Err(format!("truncated or corrupt JPEG ({why}); the decoder would invent the missing rows"));
+    let truncated = |why: String| Err(ImageFault::TruncatedJpeg(why));
     let ends_with_eoi = bytes.ends_with(&[0xFF, 0xD9]);
     let mut with_eoi = bytes.to_vec();
     if !ends_with_eoi {
@@ -287,7 +359,7 @@ mod tests {
         // Scans cut to under 256 bytes (a 1.5 KB file cut to 500 bytes).
         for scan_bytes in [100, 200, 250] {
             let err = decode_image(&jpeg[..scan_start + scan_bytes], &opts).unwrap_err();
-            assert!(err.contains("truncated"), "{scan_bytes}: {err}");
+            assert!(matches!(err, ImageFault::TruncatedJpeg(_)), "{scan_bytes}: {err}");
         }
     }
 
@@ -296,6 +368,7 @@ mod tests {
         let bytes = png_bytes(DynamicImage::ImageLuma8(image::GrayImage::new(100, 100)));
         let opts = LoadOptions { max_pixels: 9_999, ..Default::default() };
         let err = decode_image(&bytes, &opts).unwrap_err();
-        assert!(err.contains("100x100"), "{err}");
+        assert_eq!(err, ImageFault::OverPixelCap { width: 100, height: 100, max_pixels: 9_999 });
+        assert!(err.to_string().starts_with("100x100 is 0.0 megapixels, over the cap of 0.0"), "{err}");
     }
 }

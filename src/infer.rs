@@ -88,8 +88,8 @@ impl Predictor {
     /// `[1, 3, H, W]` with H = W = the model's crop size (mode `none`: the rounded image size).
     ///
     /// # Errors
-    /// The preprocess reason for images it cannot use.
-    pub fn input(&self, img: &RgbImage) -> std::result::Result<Tensor<4>, String> {
+    /// [`Error::Preprocess`] for images it cannot use.
+    pub fn input(&self, img: &RgbImage) -> Result<Tensor<4>> {
         let mut rng = rand::rngs::SmallRng::seed_from_u64(0);
         let (chw, h, w) = self.pipeline.tensor_from_image(img, &mut rng)?;
         Ok(Tensor::<4>::from_data(TensorData::new(chw, [1, 3, h, w]), &self.device))
@@ -104,11 +104,7 @@ impl Predictor {
     /// [`Error::Preprocess`] for an unusable image, [`Error::Device`] when the device fails.
     pub fn probabilities(&self, images: &[RgbImage]) -> Result<Vec<Vec<f32>>> {
         let mut rng = rand::rngs::SmallRng::seed_from_u64(0);
-        let inputs = images
-            .iter()
-            .map(|i| self.pipeline.tensor_from_image(i, &mut rng))
-            .collect::<std::result::Result<Vec<_>, _>>()
-            .map_err(Error::Preprocess)?;
+        let inputs = images.iter().map(|i| self.pipeline.tensor_from_image(i, &mut rng)).collect::<Result<Vec<_>>>()?;
         let Some(&(_, h, w)) = inputs.first() else { return Ok(vec![]) };
         let classes = self.metadata.class_names.len();
         let per_image = crate::memory::inference_bytes_per_image(&self.metadata.model, classes, (h, w));
@@ -167,7 +163,12 @@ impl Predictor {
             .iter()
             .map(|p| {
                 let r = self.load_image(p).and_then(|img| {
-                    self.predict_image(&img, k).map_err(|e| Error::Image { path: p.clone(), message: e.to_string() })
+                    self.predict_image(&img, k).map_err(|e| match e {
+                        Error::Preprocess(m) => {
+                            Error::Image { path: p.clone(), fault: image_io::ImageFault::Unusable(m) }
+                        }
+                        other => other,
+                    })
                 });
                 (p.clone(), r)
             })

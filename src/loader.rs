@@ -121,10 +121,10 @@ impl SamplePipeline {
     /// Decodes `source` to RGB.
     ///
     /// # Errors
-    /// A one-line reason (file name included).
-    pub fn decode(&self, source: &SampleSource) -> Result<RgbImage, String> {
+    /// [`crate::Error::Image`] naming the file, with the typed [`image_io::ImageFault`].
+    pub fn decode(&self, source: &SampleSource) -> crate::Result<RgbImage> {
         match source {
-            SampleSource::File(path) => image_io::load_image(path, &self.load).map_err(|e| e.to_string()),
+            SampleSource::File(path) => image_io::load_image(path, &self.load),
             SampleSource::Idx { images, index } => {
                 let gray = images.image(*index);
                 Ok(RgbImage::from_fn(images.cols as u32, images.rows as u32, |x, y| {
@@ -139,8 +139,8 @@ impl SamplePipeline {
     /// Returns `([3, H, W] values, height, width)`.
     ///
     /// # Errors
-    /// The preprocess geometry's reason (no file name).
-    pub fn tensor_from_image(&self, img: &RgbImage, rng: &mut SmallRng) -> Result<(Vec<f32>, usize, usize), String> {
+    /// [`crate::Error::Preprocess`]: the geometry's reason (no file name).
+    pub fn tensor_from_image(&self, img: &RgbImage, rng: &mut SmallRng) -> crate::Result<(Vec<f32>, usize, usize)> {
         self.tensor_from_image_timed(img, rng, &mut StageTimes::default())
     }
 
@@ -154,7 +154,7 @@ impl SamplePipeline {
         img: &RgbImage,
         rng: &mut SmallRng,
         times: &mut StageTimes,
-    ) -> Result<(Vec<f32>, usize, usize), String> {
+    ) -> crate::Result<(Vec<f32>, usize, usize)> {
         let random_crop = self.augment.as_ref().is_some_and(|a| a.random_crop);
         let t = Instant::now();
         let img = self.preprocess.apply(img, random_crop, rng)?;
@@ -192,10 +192,20 @@ impl SamplePipeline {
     /// Decodes and transforms one sample.
     ///
     /// # Errors
-    /// A one-line reason naming the source.
-    pub fn load(&self, source: &SampleSource, rng: &mut SmallRng) -> Result<(Vec<f32>, usize, usize), String> {
+    /// As [`Self::decode`]; a preprocess failure becomes [`crate::Error::Preprocess`] naming the source.
+    pub fn load(&self, source: &SampleSource, rng: &mut SmallRng) -> crate::Result<(Vec<f32>, usize, usize)> {
         let img = self.decode(source)?;
-        self.tensor_from_image(&img, rng).map_err(|e| format!("{}: {e} (data.preprocess)", source.describe()))
+        self.tensor_from_image(&img, rng).map_err(|e| in_source(source, e))
+    }
+}
+
+/// A preprocess failure of one sample, naming the sample.
+fn in_source(source: &SampleSource, e: crate::Error) -> crate::Error {
+    match e {
+        crate::Error::Preprocess(m) => {
+            crate::Error::Preprocess(format!("{}: {m} (data.preprocess)", source.describe()))
+        }
+        other => other,
     }
 }
 
@@ -217,9 +227,7 @@ fn build_batch(
             if crate::image_io::is_flat(&img) {
                 batch.flat.push(sample.source.describe());
             }
-            pipeline
-                .tensor_from_image(&img, &mut rng)
-                .map_err(|e| format!("{}: {e} (data.preprocess)", sample.source.describe()))
+            pipeline.tensor_from_image(&img, &mut rng).map_err(|e| in_source(&sample.source, e))
         });
         match decoded {
             Ok((chw, h, w)) => {
@@ -235,7 +243,7 @@ fn build_batch(
                 batch.images.extend_from_slice(&chw);
                 batch.labels.push(sample.label as i64);
             }
-            Err(reason) => batch.skipped.push((sample.source.describe(), reason)),
+            Err(reason) => batch.skipped.push((sample.source.describe(), reason.to_string())),
         }
     }
     batch

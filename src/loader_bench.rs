@@ -79,9 +79,9 @@ pub fn measure(
     let mut times = StageTimes::default();
     for sample in &dataset.samples {
         let t = Instant::now();
-        let img = pipe.decode(&sample.source).map_err(Error::Preprocess)?;
+        let img = pipe.decode(&sample.source)?;
         times.decode += t.elapsed().as_secs_f64();
-        pipe.tensor_from_image_timed(&img, &mut rng, &mut times).map_err(Error::Preprocess)?;
+        pipe.tensor_from_image_timed(&img, &mut rng, &mut times)?;
     }
     let n = dataset.samples.len().max(1) as f64;
     let per_image_ms = |s: f64| 1000.0 * s / n;

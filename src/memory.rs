@@ -244,7 +244,7 @@ pub fn plan(config: &Config, num_classes: usize) -> Plan {
     } else {
         match largest_fitting(|b| estimate_total(&accumulating, b, num_classes) <= budget) {
             0 => (0, 0),
-            micro => match (1..=micro.min(effective)).rev().find(|d| effective % d == 0) {
+            micro => match (1..=micro.min(effective)).rev().find(|d| effective.is_multiple_of(*d)) {
                 Some(d) if 2 * d >= micro => (d, effective / d),
                 _ => {
                     let accum = effective.div_ceil(micro.min(effective));

@@ -101,7 +101,7 @@ pub fn scaled_channels(channels: usize, width: f64, groups: usize) -> usize {
 
 fn gn_groups(channels: usize, wanted: usize) -> usize {
     let mut g = wanted.min(channels).max(1);
-    while channels % g != 0 {
+    while !channels.is_multiple_of(g) {
         g -= 1;
     }
     g

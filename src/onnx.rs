@@ -138,7 +138,7 @@ pub fn metadata_props(metadata: &ModelMetadata, input: OnnxInput) -> Vec<StringS
     // f32 in its shortest form ("0.286", not the f64 widening "0.28600001335144043").
     let floats = |v: &[f32; 3]| format!("[{}]", v.map(|x| format!("{x:?}")).join(","));
     let alpha = serde_json::to_value(metadata.alpha).ok().and_then(|v| v.as_str().map(String::from));
-    let mode = serde_json::to_value(&metadata.preprocess.mode).ok().and_then(|v| v.as_str().map(String::from));
+    let mode = serde_json::to_value(metadata.preprocess.mode).ok().and_then(|v| v.as_str().map(String::from));
     let entries = [
         ("class_names", json(serde_json::json!(metadata.class_names))),
         ("image_size", metadata.image_size.to_string()),

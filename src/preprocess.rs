@@ -16,6 +16,8 @@ use image::{RgbImage, imageops::FilterType};
 use rand::Rng;
 use serde::{Deserialize, Serialize};
 
+use crate::error::{Error, Result};
+
 /// Preprocess mode names as in the pix2pix/CycleGAN `--preprocess` flag.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -83,22 +85,22 @@ impl PreprocessConfig {
     /// # Errors
     /// A message when a size is out of 4..=4096 or `crop_size > load_size` in a mode that crops
     /// after loading.
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<()> {
         if !(4..=4096).contains(&self.crop_size) {
-            return Err("data.preprocess.crop_size must be in 4..=4096 pixels".into());
+            return Err(Error::Preprocess("data.preprocess.crop_size must be in 4..=4096 pixels".into()));
         }
         if !(4..=8192).contains(&self.load_size) {
-            return Err("data.preprocess.load_size must be in 4..=8192 pixels".into());
+            return Err(Error::Preprocess("data.preprocess.load_size must be in 4..=8192 pixels".into()));
         }
         if matches!(self.mode, PreprocessMode::ResizeAndCrop | PreprocessMode::ScaleWidthAndCrop)
             && self.crop_size > self.load_size
         {
-            return Err(format!(
+            return Err(Error::Preprocess(format!(
                 "data.preprocess.crop_size ({}) must not exceed load_size ({}) in mode {}",
                 self.crop_size,
                 self.load_size,
                 self.mode.name()
-            ));
+            )));
         }
         Ok(())
     }
@@ -117,19 +119,19 @@ impl PreprocessConfig {
     ///
     /// # Errors
     /// A message naming the source size and the setting (the caller adds the file name).
-    pub fn output_size_for(&self, src: (u32, u32)) -> Result<(u32, u32), String> {
+    pub fn output_size_for(&self, src: (u32, u32)) -> Result<(u32, u32)> {
         let (w, h) = src;
         if w == 0 || h == 0 {
-            return Err(format!("image is {w}x{h}: nothing to train on"));
+            return Err(Error::Preprocess(format!("image is {w}x{h}: nothing to train on")));
         }
         match self.mode {
             PreprocessMode::Crop => {
                 let c = self.crop_size as u32;
                 if w < c || h < c {
-                    return Err(format!(
+                    return Err(Error::Preprocess(format!(
                         "image is {w}x{h}, smaller than data.preprocess.crop_size {c} in mode crop; \
                          use mode resize_and_crop or a smaller crop_size"
-                    ));
+                    )));
                 }
                 Ok((c, c))
             }
@@ -145,7 +147,7 @@ impl PreprocessConfig {
     ///
     /// # Errors
     /// As [`Self::output_size_for`].
-    pub fn apply(&self, img: &RgbImage, random_crop: bool, rng: &mut impl Rng) -> Result<RgbImage, String> {
+    pub fn apply(&self, img: &RgbImage, random_crop: bool, rng: &mut impl Rng) -> Result<RgbImage> {
         let (w, h) = img.dimensions();
         let (out_w, out_h) = self.output_size_for((w, h))?;
         let load = self.load_size as u32;
@@ -215,7 +217,7 @@ mod tests {
     fn every_mode_gives_its_documented_size() {
         let mut rng = rand::rngs::SmallRng::seed_from_u64(1);
         let src = RgbImage::new(300, 100);
-        let out = |m| cfg(m).apply(&src, true, &mut rng.clone()).map(|i| i.dimensions());
+        let out = |m| cfg(m).apply(&src, true, &mut rng.clone()).map(|i| i.dimensions()).map_err(|e| e.to_string());
         assert_eq!(out(PreprocessMode::ResizeAndCrop), Ok((224, 224)));
         assert!(out(PreprocessMode::Crop).unwrap_err().contains("300x100"));
         assert_eq!(out(PreprocessMode::ScaleWidth), Ok((224, 224)));

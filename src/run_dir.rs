@@ -200,7 +200,7 @@ pub fn load_config(run: &Path) -> Result<(Config, Vec<String>)> {
     }
     let config: Config =
         toml::Value::Table(merged).try_into().map_err(|e: toml::de::Error| err(one_line(&e.to_string())))?;
-    config.validate().map_err(err)?;
+    config.validate(&source_name)?;
     Ok((config, notes))
 }
 

@@ -30,18 +30,17 @@ impl VramfitApp {
     pub(super) fn plots_ui(&mut self, ui: &mut egui::Ui) {
         let h = &self.history;
         ui.horizontal(|ui| {
-            if ui.button("Save metrics CSV…").clicked() {
-                if let Some(path) = rfd::FileDialog::new().set_file_name("metrics.csv").save_file() {
-                    if let Err(e) = crate::checkpoint::write_atomic(&path, h.to_csv().as_bytes()) {
-                        self.error = Some(e.to_string());
-                    }
-                }
+            if ui.button("Save metrics CSV…").clicked()
+                && let Some(path) = rfd::FileDialog::new().set_file_name("metrics.csv").save_file()
+                && let Err(e) = crate::checkpoint::write_atomic(&path, h.to_csv().as_bytes())
+            {
+                self.error = Some(e.to_string());
             }
-            if ui.button("Save plots PNG…").clicked() {
-                if let Some(path) = rfd::FileDialog::new().set_file_name("vramfit-plots.png").save_file() {
-                    let callback = egui::ScreenshotCallback::new(move |image| save_png(&image, &path));
-                    ui.ctx().send_viewport_cmd(egui::ViewportCommand::Screenshot(callback));
-                }
+            if ui.button("Save plots PNG…").clicked()
+                && let Some(path) = rfd::FileDialog::new().set_file_name("vramfit-plots.png").save_file()
+            {
+                let callback = egui::ScreenshotCallback::new(move |image| save_png(&image, &path));
+                ui.ctx().send_viewport_cmd(egui::ViewportCommand::Screenshot(callback));
             }
         });
         let height = (ui.available_height() / 2.0 - 24.0).max(120.0);

@@ -77,15 +77,15 @@ impl PredictView {
         ui.horizontal(|ui| {
             let model = self.model_dir(last_run).map_or("none".into(), |p| p.display().to_string());
             ui.label(format!("weights: {model}"));
-            if ui.button("Choose weights…").clicked() {
-                if let Some(f) = rfd::FileDialog::new().add_filter("weights", &["bpk", "safetensors"]).pick_file() {
-                    self.model_path = Some(f);
-                }
+            if ui.button("Choose weights…").clicked()
+                && let Some(f) = rfd::FileDialog::new().add_filter("weights", &["bpk", "safetensors"]).pick_file()
+            {
+                self.model_path = Some(f);
             }
-            if ui.button("Choose images…").clicked() {
-                if let Some(files) = rfd::FileDialog::new().pick_files() {
-                    self.add_files(files, choice, last_run);
-                }
+            if ui.button("Choose images…").clicked()
+                && let Some(files) = rfd::FileDialog::new().pick_files()
+            {
+                self.add_files(files, choice, last_run);
             }
             if ui.button("Clear").clicked() {
                 self.predictions.clear();

@@ -42,10 +42,10 @@ impl VramfitApp {
                 ui.label(shown);
             });
             ui.horizontal(|ui| {
-                if ui.button("Choose folder…").clicked() {
-                    if let Some(dir) = rfd::FileDialog::new().pick_folder() {
-                        self.settings.data_dir = Some(dir);
-                    }
+                if ui.button("Choose folder…").clicked()
+                    && let Some(dir) = rfd::FileDialog::new().pick_folder()
+                {
+                    self.settings.data_dir = Some(dir);
                 }
                 if ui.button("Bundled").clicked() {
                     self.settings.data_dir = None;
@@ -94,15 +94,15 @@ impl VramfitApp {
                 }
             });
             ui.horizontal(|ui| {
-                if ui.button("Load preset…").clicked() {
-                    if let Some(path) = rfd::FileDialog::new().add_filter("config", &["toml"]).pick_file() {
-                        self.load_preset_file(&path);
-                    }
+                if ui.button("Load preset…").clicked()
+                    && let Some(path) = rfd::FileDialog::new().add_filter("config", &["toml"]).pick_file()
+                {
+                    self.load_preset_file(&path);
                 }
-                if ui.button("Save preset…").clicked() {
-                    if let Some(path) = rfd::FileDialog::new().set_file_name("custom.toml").save_file() {
-                        self.save_preset_file(&path);
-                    }
+                if ui.button("Save preset…").clicked()
+                    && let Some(path) = rfd::FileDialog::new().set_file_name("custom.toml").save_file()
+                {
+                    self.save_preset_file(&path);
                 }
             });
             let f16_ok = self.f16_available();
@@ -144,12 +144,12 @@ impl VramfitApp {
                 let ctx = ui.ctx().clone();
                 self.start_training(&ctx, true);
             }
-            if ui.add_enabled(!busy && self.last_run.is_some(), egui::Button::new("Export…")).clicked() {
-                if let Some(dir) = rfd::FileDialog::new().pick_folder() {
-                    match self.export_to(&dir) {
-                        Ok(files) => self.status = format!("exported {} files to {}", files.len(), dir.display()),
-                        Err(e) => self.error = Some(e),
-                    }
+            if ui.add_enabled(!busy && self.last_run.is_some(), egui::Button::new("Export…")).clicked()
+                && let Some(dir) = rfd::FileDialog::new().pick_folder()
+            {
+                match self.export_to(&dir) {
+                    Ok(files) => self.status = format!("exported {} files to {}", files.len(), dir.display()),
+                    Err(e) => self.error = Some(e),
                 }
             }
         });

@@ -85,8 +85,8 @@ impl Run<'_> {
             if pending.len() < self.accum && batch_index < self.n_batches {
                 continue;
             }
-            let sample_now =
-                self.device.is_gpu() && (self.trainer.state.global_step % self.config.train.memory_sample_every == 0);
+            let sample_now = self.device.is_gpu()
+                && self.trainer.state.global_step.is_multiple_of(self.config.train.memory_sample_every);
             let stats = self.step_with_retry(&pending, sample_now, sink)?;
             self.trainer.state.batches_done_in_epoch += pending.len();
             pending.clear();
@@ -102,7 +102,7 @@ impl Run<'_> {
             }
             let every = self.config.train.checkpoint_every_steps;
             let last_of_epoch = batch_index >= self.n_batches; // the epoch-end checkpoint follows
-            if every > 0 && stats.applied && self.trainer.state.global_step % every == 0 && !last_of_epoch {
+            if every > 0 && stats.applied && self.trainer.state.global_step.is_multiple_of(every) && !last_of_epoch {
                 let dir = self.trainer.save(self.out())?;
                 sink(Event::Checkpoint { path: dir });
             }

@@ -377,6 +377,9 @@ fn check_data_on_a_folder_mixing_the_second_set_names_every_problem_and_exits_0(
         "\"only_bad\": 0 of",
         "a/broken.jpg",
         "b/notes.png",
+        // Skipped files grouped by the typed fault (image_io::ImageFault::kind), with counts.
+        "\n  empty file: 1\n",
+        "\n  not an image: 4\n",
         "a/blank.png is one flat colour",
         "classes with no validation image: [\"c\"]",
         "mode `none` trains each image at its own size",

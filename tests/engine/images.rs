@@ -161,6 +161,8 @@ fn c15_every_mode_gives_one_training_size_or_names_the_file() {
                 }
                 Err(e) => {
                     assert_eq!(mode, PreprocessMode::Crop, "{} {f}: {e}", mode.name());
+                    assert!(matches!(e, vramfit::Error::Preprocess(_)), "{e}");
+                    let e = e.to_string();
                     assert!(e.contains(f) && e.contains("crop_size"), "{e}");
                 }
             }
