@@ -99,14 +99,19 @@ pub fn evaluate(
     let EvalSettings { batch_size, precision, workers, buffer_limit, .. } = *settings;
     let pipeline_keeps_size = pipeline.preprocess.output_size().is_none();
     let classes = dataset.class_names.len();
-    let order = Arc::new((0..dataset.samples.len()).collect::<Vec<_>>());
     let mut result = EvalResult {
         class_names: dataset.class_names.clone(),
         confusion: vec![vec![0; classes]; classes],
         ..Default::default()
     };
     let (mut loss_sum, mut top5_hits) = (0f64, 0usize);
-    for batch in loader::batches(dataset.clone(), pipeline, order, batch_size, 0, 0, workers, 2) {
+    for batch in loader::batches(
+        dataset.clone(),
+        pipeline,
+        loader::Pass::in_order(dataset.samples.len(), batch_size, 0),
+        workers,
+        2,
+    ) {
         result.skipped.extend(batch.skipped.iter().cloned());
         if batch.is_empty() {
             continue;

@@ -80,8 +80,7 @@ impl ModelMetadata {
 
     /// A config that reproduces this model's preprocessing for evaluation and prediction.
     pub fn inference_config(&self) -> Config {
-        let mut c = Config::default();
-        c.model = self.model.clone();
+        let mut c = Config { model: self.model.clone(), ..Config::default() };
         c.data.preprocess = self.preprocess.clone();
         c.data.mean = self.mean;
         c.data.std = self.std;

@@ -295,7 +295,9 @@ pub fn check_sizes_agree(dataset: &Dataset, p: &PreprocessConfig) -> crate::Resu
             _ => None,
         })
         .collect();
-    let mut first: Option<((u32, u32), (u32, u32), &std::path::Path)> = None;
+    // (source size, output size, file) of the first readable image.
+    type Sized<'a> = ((u32, u32), (u32, u32), &'a std::path::Path);
+    let mut first: Option<Sized> = None;
     for &file in files.iter().step_by((files.len() / 256).max(1)) {
         let header = image::ImageReader::open(file).and_then(|r| r.with_guessed_format());
         let Ok(src) = header.map_err(|e| e.to_string()).and_then(|r| r.into_dimensions().map_err(|e| e.to_string()))
@@ -331,20 +333,39 @@ pub fn worker_count(requested: usize) -> usize {
     std::thread::available_parallelism().map_or(2, |n| n.get()).clamp(1, 4)
 }
 
-/// Starts a pass over `order` in batches of `batch_size`, skipping the first `skip_batches`.
-///
-/// `seed` fixes every random choice of the pass (crop, flip, jitter, erasing) independently of
-/// thread timing. Dropping the iterator stops the workers after their current batch.
+/// One pass over a dataset: which samples in which order, in batches of `batch_size`, from
+/// batch `skip_batches` on (a resumed epoch), with `seed` fixing every random choice of the
+/// pass (crop, flip, jitter, erasing) independently of thread timing.
+#[derive(Clone, Debug)]
+pub struct Pass {
+    /// Indices into the dataset, in the order batches take them.
+    pub order: Arc<Vec<usize>>,
+    /// Samples per batch.
+    pub batch_size: usize,
+    /// Batches already done (not built again).
+    pub skip_batches: usize,
+    /// The pass's random seed.
+    pub seed: u64,
+}
+
+impl Pass {
+    /// Every sample of a dataset of `len` in order, from the first batch.
+    pub fn in_order(len: usize, batch_size: usize, seed: u64) -> Self {
+        Self { order: Arc::new((0..len).collect()), batch_size, skip_batches: 0, seed }
+    }
+}
+
+/// Starts `pass` on `workers` threads (0 = automatic, [`worker_count`]) that build up to
+/// `prefetch` batches ahead. Batches arrive in order; dropping the iterator stops the workers
+/// after their current batch.
 pub fn batches(
     dataset: Arc<Dataset>,
     pipeline: Arc<SamplePipeline>,
-    order: Arc<Vec<usize>>,
-    batch_size: usize,
-    skip_batches: usize,
-    seed: u64,
+    pass: Pass,
     workers: usize,
     prefetch: usize,
 ) -> BatchIter {
+    let Pass { order, batch_size, skip_batches, seed } = pass;
     let n_batches = order.len().div_ceil(batch_size.max(1));
     let (tx, rx) = sync_channel(prefetch.max(1));
     let counter = Arc::new(AtomicUsize::new(skip_batches));

@@ -93,10 +93,10 @@ pub fn measure(
     };
     let dataset = Arc::new(dataset);
     let pipe = Arc::new(pipe);
-    let order = Arc::new((0..dataset.samples.len()).collect::<Vec<_>>());
     let batch_size = 16.min(dataset.samples.len()).max(1);
+    let pass = loader::Pass::in_order(dataset.samples.len(), batch_size, 7);
     // Upload: the first batch, to the device, synchronized.
-    let first = loader::batches(dataset.clone(), pipe.clone(), order.clone(), batch_size, 0, 7, 1, 2).next();
+    let first = loader::batches(dataset.clone(), pipe.clone(), pass.clone(), 1, 2).next();
     let upload_ms_per_image = match first {
         Some(batch) if !batch.is_empty() => {
             let images = batch.len();
@@ -111,9 +111,7 @@ pub fn measure(
     let mut images_per_sec = Vec::new();
     for &w in workers {
         let t = Instant::now();
-        let images: usize = loader::batches(dataset.clone(), pipe.clone(), order.clone(), batch_size, 0, 7, w, 4)
-            .map(|b| b.len())
-            .sum();
+        let images: usize = loader::batches(dataset.clone(), pipe.clone(), pass.clone(), w, 4).map(|b| b.len()).sum();
         images_per_sec.push((w, images as f64 / t.elapsed().as_secs_f64().max(1e-9)));
     }
     let p = &config.data.preprocess;

@@ -397,11 +397,9 @@ pub fn overfit_check(
     trainer.schedule.warmup_steps = 10.min(steps);
     let ds = Arc::new(subset);
     let pipe = Arc::new(SamplePipeline::from_config(&cfg, false));
-    let order = Arc::new((0..ds.samples.len()).collect::<Vec<_>>());
     // Decode the 64 images once.
-    let batches: Vec<Batch> =
-        loader::batches(ds.clone(), pipe.clone(), order, cfg.train.batch_size, 0, cfg.seed, cfg.data.workers, 2)
-            .collect();
+    let pass = loader::Pass::in_order(ds.samples.len(), cfg.train.batch_size, cfg.seed);
+    let batches: Vec<Batch> = loader::batches(ds.clone(), pipe.clone(), pass, cfg.data.workers, 2).collect();
     let mut done = 0;
     while done < steps {
         let batch = &batches[done % n_batches];

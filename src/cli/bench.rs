@@ -114,59 +114,11 @@ pub fn bench(args: BenchArgs) -> anyhow::Result<ExitCode> {
             println!("{}", crate::loader_bench::table(&rows));
             serde_json::to_string_pretty(&rows)?
         }
-        "ui" => {
-            let r = crate::gui::bench_ui(args.seconds)?;
-            if let Some(e) = &r.error {
-                bail!("training did not run: {e}");
-            }
-            let t = &r.training;
-            println!(
-                "{}; quickstart; {:.0} s of training, {} optimizer steps\n\n| frames while training | p50 ms | p95 ms | longest ms | over {} ms |\n|---|---|---|---|---|\n| {} | {:.1} | {:.1} | {:.1} | {} |",
-                r.device,
-                args.seconds,
-                r.steps,
-                crate::gui::FRAME_BUDGET_MS,
-                t.frames,
-                t.p50_ms,
-                t.p95_ms,
-                t.max_ms,
-                t.over_budget
-            );
-            serde_json::to_string_pretty(&r)?
-        }
-        _ => {
-            let config_name = args.configs.first().map_or("quickstart", String::as_str);
-            let base = super::load_config(config_name)?;
-            let steps = args.steps.clamp(1, 3);
-            if let Some(cell) = &args.cell {
-                let cell = crate::memory_bench::MemoryCell::parse(cell)?;
-                let device = select_device(&args.device)?;
-                let row = crate::memory_bench::measure_cell(&base, &device, &cell, steps);
-                println!("{}", serde_json::to_string(&row)?);
-                return Ok(ExitCode::SUCCESS);
-            }
-            let grid = crate::memory_bench::MemoryGrid::named(&args.grid)
-                .ok_or_else(|| anyhow::anyhow!("--grid must be tiny, small, tiers or full"))?;
-            let (rows, adapter) = if args.fresh {
-                let rows = grid
-                    .cells()
-                    .iter()
-                    .map(|cell| {
-                        let row = memory_cell_in_child(&args, config_name, &base, cell, steps);
-                        eprintln!("{row:?}");
-                        row
-                    })
-                    .collect::<Vec<_>>();
-                (rows, format!("{} (each cell in a fresh process)", select_device(&args.device)?.name))
-            } else {
-                let device = select_device(&args.device)?;
-                let rows =
-                    crate::memory_bench::bench_memory(&base, &device, &grid, steps, &mut |line| eprintln!("{line}"));
-                (rows, device.name)
-            };
-            println!("adapter: {adapter}\n{}", crate::memory_bench::memory_table(&rows));
-            serde_json::to_string_pretty(&rows)?
-        }
+        "ui" => bench_ui(args.seconds)?,
+        _ => match bench_memory(&args)? {
+            Some(json) => json,
+            None => return Ok(ExitCode::SUCCESS),
+        },
     };
     if let Some(path) = args.json {
         crate::checkpoint::write_atomic(&path, rows_json.as_bytes())?;
@@ -215,4 +167,61 @@ fn memory_cell_in_child(
             row
         }
     }
+}
+
+/// `bench ui`: frame times while the app trains; the JSON of the result.
+fn bench_ui(seconds: f64) -> anyhow::Result<String> {
+    let r = crate::gui::bench_ui(seconds)?;
+    if let Some(e) = &r.error {
+        bail!("training did not run: {e}");
+    }
+    let t = &r.training;
+    println!(
+        "{}; quickstart; {:.0} s of training, {} optimizer steps\n\n| frames while training | p50 ms | p95 ms | longest ms | over {} ms |\n|---|---|---|---|---|\n| {} | {:.1} | {:.1} | {:.1} | {} |",
+        r.device,
+        seconds,
+        r.steps,
+        crate::gui::FRAME_BUDGET_MS,
+        t.frames,
+        t.p50_ms,
+        t.p95_ms,
+        t.max_ms,
+        t.over_budget
+    );
+    Ok(serde_json::to_string_pretty(&r)?)
+}
+
+/// `bench memory`: one `--cell` (its row as one JSON line, `None` returned), or a grid in this
+/// process or (`--fresh`) a process per cell; the JSON of the rows.
+fn bench_memory(args: &BenchArgs) -> anyhow::Result<Option<String>> {
+    let config_name = args.configs.first().map_or("quickstart", String::as_str);
+    let base = super::load_config(config_name)?;
+    let steps = args.steps.clamp(1, 3);
+    if let Some(cell) = &args.cell {
+        let cell = crate::memory_bench::MemoryCell::parse(cell)?;
+        let device = select_device(&args.device)?;
+        let row = crate::memory_bench::measure_cell(&base, &device, &cell, steps);
+        println!("{}", serde_json::to_string(&row)?);
+        return Ok(None);
+    }
+    let grid = crate::memory_bench::MemoryGrid::named(&args.grid)
+        .ok_or_else(|| anyhow::anyhow!("--grid must be tiny, small, tiers or full"))?;
+    let (rows, adapter) = if args.fresh {
+        let rows = grid
+            .cells()
+            .iter()
+            .map(|cell| {
+                let row = memory_cell_in_child(args, config_name, &base, cell, steps);
+                eprintln!("{row:?}");
+                row
+            })
+            .collect::<Vec<_>>();
+        (rows, format!("{} (each cell in a fresh process)", select_device(&args.device)?.name))
+    } else {
+        let device = select_device(&args.device)?;
+        let rows = crate::memory_bench::bench_memory(&base, &device, &grid, steps, &mut |line| eprintln!("{line}"));
+        (rows, device.name)
+    };
+    println!("adapter: {adapter}\n{}", crate::memory_bench::memory_table(&rows));
+    Ok(Some(serde_json::to_string_pretty(&rows)?))
 }

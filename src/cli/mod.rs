@@ -4,6 +4,7 @@
 mod bench;
 mod commands;
 mod render;
+mod train;
 mod worker;
 
 use std::process::ExitCode;
@@ -30,7 +31,7 @@ struct Cli {
 #[derive(Subcommand, Debug)]
 enum Command {
     /// Train a classifier (default data: the bundled Fashion-MNIST subset).
-    Train(commands::TrainArgs),
+    Train(train::TrainArgs),
     /// Evaluate exported weights: top-1/top-5, per-class accuracy, confusion matrix.
     Eval(commands::EvalArgs),
     /// Top-k classes for images or folders of images.
@@ -221,7 +222,7 @@ pub fn main() -> ExitCode {
     // A panic that escapes a command (the GPU runtime's, through burn) ends it with one line and
     // exit status 101, which the training worker's parent reports as a crash.
     let result = std::panic::catch_unwind(|| match command {
-        Command::Train(a) => commands::train(a),
+        Command::Train(a) => train::train(a),
         Command::Eval(a) => commands::eval(a),
         Command::Predict(a) => commands::predict(a),
         Command::Plan(a) => commands::plan(a),

@@ -56,13 +56,16 @@ impl Run<'_> {
         let mut order: Vec<usize> = (0..data.train.samples.len()).collect();
         order.shuffle(&mut rand::rngs::SmallRng::seed_from_u64(seed.wrapping_add(epoch as u64)));
         let skip = self.trainer.state.batches_done_in_epoch;
+        let pass = loader::Pass {
+            order: Arc::new(order),
+            batch_size: self.batch_size,
+            skip_batches: skip,
+            seed: seed ^ ((epoch as u64) << 32),
+        };
         let batches = loader::batches(
             data.train.clone(),
             data.train_pipe.clone(),
-            Arc::new(order),
-            self.batch_size,
-            skip,
-            seed ^ ((epoch as u64) << 32),
+            pass,
             self.config.data.workers,
             self.config.data.prefetch_batches,
         );

@@ -1,0 +1,235 @@
+//! `vramfit train`: a new run, `--resume`, or `--overfit-check`. Without `--worker` the command
+//! starts itself again as a child process (see [`super::worker`]) so that a driver crash cannot
+//! take the terminal's process down; the child runs the engine and streams its events back.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::{Context, bail};
+use clap::Args;
+
+use super::commands::{open_data, select_device};
+use super::render::Renderer;
+use super::{ConfigArgs, DeviceArgs};
+use crate::config::Config;
+use crate::dataset;
+use crate::device::SelectedDevice;
+use crate::events::{Event, StopSignal};
+use crate::memory::human_bytes;
+use crate::run_dir::DATA_NOTE;
+use crate::train::{self, TrainRequest};
+
+/// `vramfit train`.
+#[derive(Args, Debug)]
+pub struct TrainArgs {
+    #[command(flatten)]
+    config: ConfigArgs,
+    #[command(flatten)]
+    device: DeviceArgs,
+    /// Dataset: ImageFolder (root/<class>/*.jpg, or root/train + root/val) or an IDX folder.
+    /// Default: the bundled Fashion-MNIST subset.
+    #[arg(value_parser = crate::user_path::UserPathParser, long)]
+    data: Option<PathBuf>,
+    /// Run folder (default runs/<date-time>).
+    #[arg(value_parser = crate::user_path::UserPathParser, long)]
+    out: Option<PathBuf>,
+    /// Continue the run in --out from its latest checkpoint (its config.toml is used).
+    #[arg(long)]
+    resume: bool,
+    /// When the predicted peak exceeds the budget, shrink the micro-batch and raise accumulation.
+    #[arg(long)]
+    auto_fit: bool,
+    /// Train on 64 images for 200 steps and check the network memorizes them (>= 98%).
+    #[arg(long)]
+    overfit_check: bool,
+    /// Stop at this global optimizer step, counted over the whole run (a checkpoint is written; --resume continues).
+    #[arg(long)]
+    max_steps: Option<usize>,
+    /// Skip class folders without images (with a warning) instead of failing.
+    #[arg(long)]
+    allow_empty_classes: bool,
+    /// Internal: this process is the training worker of a parent `vramfit train` ([`super::worker`]).
+    #[arg(long, hide = true)]
+    worker: bool,
+}
+
+/// Runs `work` on a named engine thread, rendering its events here; Ctrl-C stops it cleanly.
+fn run_engine<T: Send + 'static>(
+    worker: bool,
+    budget: Option<crate::events::LiveBudget>,
+    work: impl FnOnce(&mut dyn FnMut(Event), &StopSignal) -> crate::Result<T> + Send + 'static,
+) -> anyhow::Result<T> {
+    let stop = StopSignal::new();
+    let handler_stop = stop.clone();
+    let _ = ctrlc::set_handler(move || {
+        if handler_stop.is_set() {
+            std::process::exit(130);
+        }
+        eprintln!("\nstopping after this step (a checkpoint will be saved); Ctrl-C again to quit now");
+        handler_stop.stop();
+    });
+    if worker {
+        super::worker::obey_parent(stop.clone(), budget);
+    }
+    let (tx, rx) = std::sync::mpsc::sync_channel::<Event>(1024);
+    let engine_stop = stop.clone();
+    let handle = std::thread::Builder::new().name("vramfit-engine".into()).spawn(move || {
+        let mut sink = |e: Event| {
+            let _ = tx.send(e);
+        };
+        work(&mut sink, &engine_stop)
+    })?;
+    let mut renderer = Renderer::default();
+    let mut epochs = 0;
+    for event in rx {
+        if worker {
+            super::worker::inject_fault(&event);
+            super::worker::emit(&event);
+        } else {
+            renderer.handle(&event, &mut epochs);
+        }
+    }
+    renderer.finish();
+    match handle.join() {
+        Ok(result) => Ok(result?),
+        Err(panic) => {
+            let msg = crate::events::panic_message(panic.as_ref());
+            bail!("the engine crashed ({msg}); the last checkpoint is intact: rerun with --resume --out <run folder>")
+        }
+    }
+}
+
+/// `vramfit train`.
+///
+/// # Errors
+/// Bad arguments, an unusable config or dataset, a run folder that already holds a run, or the
+/// engine's error.
+pub fn train(args: TrainArgs) -> anyhow::Result<ExitCode> {
+    if args.resume && args.out.is_none() {
+        bail!("--resume continues a run: name its folder with --out (e.g. --resume --out runs/2026-11-30_15-42-07)");
+    }
+    let out = args.out.clone().unwrap_or_else(super::default_run_dir);
+    if !args.worker {
+        // The engine trains in a child process, so a driver crash cannot take this one down.
+        let gpu = args.device.device != super::DeviceFlag::Cpu;
+        return super::worker::train_in_child(&out, args.out.is_some(), gpu);
+    }
+    let config = if args.resume { resumed_config(&args, &out)? } else { new_run_config(&args, &out)? };
+    let device = select_device(&args.device)?;
+    let data = data_folder(&args, &out)?;
+    let splits = open_data(data.as_ref(), &config, args.allow_empty_classes)?;
+    eprintln!("data: {}", splits.description);
+    if args.overfit_check {
+        return overfit_check(config, device, splits.train, args.worker);
+    }
+    let mut req = TrainRequest::new(config, &out);
+    req.resume = args.resume;
+    req.auto_fit = args.auto_fit;
+    req.max_steps = args.max_steps;
+    let budget = crate::events::LiveBudget::new(req.config.memory.memory_budget_bytes);
+    req.live_budget = Some(budget.clone());
+    let d = device.clone();
+    let summary = run_engine(args.worker, Some(budget), move |sink, stop| train::train(&req, &d, &splits, sink, stop))?;
+    print_summary(&summary, &device, &out);
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The config of the run in `out`, with the command line's overrides that may change on resume.
+fn resumed_config(args: &TrainArgs, out: &Path) -> anyhow::Result<Config> {
+    let (mut config, notes) = crate::run_dir::load_config(out)
+        .with_context(|| format!("--resume needs the run folder given with --out ({})", out.display()))?;
+    for note in notes {
+        eprintln!("note: {note}");
+    }
+    if args.config.config != "quickstart" {
+        eprintln!(
+            "warning: --config {} is not used on resume: the run continues with its own config.toml \
+             (overrides such as --epochs apply)",
+            args.config.config
+        );
+    }
+    for change in config.apply_on_resume(&args.config.overrides()?)? {
+        eprintln!("resume: {change} (applied)");
+    }
+    Ok(config)
+}
+
+/// The config of a new run; refuses an `out` that already holds a run.
+fn new_run_config(args: &TrainArgs, out: &Path) -> anyhow::Result<Config> {
+    crate::checkpoint::refuse_existing_run(out)?;
+    Ok(args.config.load()?)
+}
+
+/// The dataset folder: `--data`, or on resume the one the run folder remembers (`data.txt`);
+/// `None` is the bundled subset. A new run writes its folder into `data.txt`, so `--resume`
+/// needs only `--out`.
+fn data_folder(args: &TrainArgs, out: &Path) -> anyhow::Result<Option<PathBuf>> {
+    let data_note = out.join(DATA_NOTE);
+    let data = match (&args.data, args.resume) {
+        (Some(d), _) => Some(d.clone()),
+        (None, true) => std::fs::read_to_string(&data_note).ok().map(|s| PathBuf::from(s.trim_end())),
+        (None, false) => None,
+    };
+    if !args.resume && !args.overfit_check {
+        let path = data.clone().map_or_else(dataset::bundled_dataset_dir, |d| d.canonicalize().unwrap_or(d));
+        std::fs::create_dir_all(out).with_context(|| format!("cannot create the run folder {}", out.display()))?;
+        crate::checkpoint::write_atomic(&data_note, format!("{}\n", path.display()).as_bytes())?;
+    }
+    Ok(data)
+}
+
+/// `--overfit-check`: 200 steps on 64 images; PASS when they are memorized (>= 98%).
+fn overfit_check(
+    config: Config,
+    device: SelectedDevice,
+    train_ds: dataset::Dataset,
+    worker: bool,
+) -> anyhow::Result<ExitCode> {
+    let d = device.clone();
+    let result = run_engine(worker, None, move |sink, _| train::overfit_check(&config, &d, &train_ds, 200, sink))?;
+    println!(
+        "overfit check on {}: {} after {} steps, accuracy on the 64 images {:.1}% (needs 98%)",
+        device.name,
+        if result.passed { "PASS" } else { "FAIL" },
+        result.steps,
+        result.accuracy * 100.0
+    );
+    Ok(if result.passed { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+}
+
+/// The lines printed after a run: accuracy, throughput, memory, skips and what to do next.
+fn print_summary(summary: &train::TrainSummary, device: &SelectedDevice, out: &Path) {
+    if let Some(val) = &summary.val {
+        println!(
+            "validation accuracy {} (top-5 {}) on {} images after {} epochs, {} steps, {:.0} s on {}",
+            crate::eval::percent_or_na(val.top1),
+            crate::eval::percent_or_na(val.top5),
+            val.samples,
+            summary.epochs_completed,
+            summary.global_step,
+            summary.wall_secs,
+            device.name
+        );
+    }
+    println!("training throughput {:.0} images/s", summary.images_per_sec);
+    if summary.memory.peak_bytes_reserved > 0 {
+        println!(
+            "memory: predicted peak {}, measured {} reserved ({} in use after forward)",
+            human_bytes(summary.predicted_peak_bytes),
+            human_bytes(summary.memory.peak_bytes_reserved),
+            human_bytes(summary.memory.peak_bytes_in_use)
+        );
+    }
+    if summary.skipped > 0 {
+        println!(
+            "{} samples were skipped in all (each epoch counts them again; the warnings name the files and why)",
+            summary.skipped
+        );
+    }
+    if summary.stopped {
+        let device_flag = if device.is_gpu() { String::new() } else { " --device cpu".to_string() };
+        println!("stopped; continue with: vramfit train --resume --out {}{device_flag}", out.display());
+    } else if let Some(dir) = &summary.export_dir {
+        println!("run folder {}; exported weights in {}", out.display(), dir.display());
+    }
+}
