@@ -65,6 +65,12 @@ pub enum Error {
         /// What is wrong with it, e.g. "is damaged (0 bytes, ...)".
         message: String,
     },
+    /// A training worker process failed: the error it explained, or its crash report.
+    #[error("{0}")]
+    Worker(String),
+    /// A job panicked; the engine session lives on and the run folder keeps its last checkpoint.
+    #[error("the engine crashed ({0})")]
+    Crashed(String),
     /// The run was stopped by the user; the last checkpoint is intact.
     #[error("stopped by the user")]
     Stopped,

@@ -205,6 +205,35 @@ pub fn top_k(values: &[f32], k: usize) -> Vec<(usize, f32)> {
     idx
 }
 
+/// Evaluates the newest intact checkpoint of the run folder `run` on `data` (the app's
+/// Evaluate button): batches of at least 32, f32, the run's decoding threads.
+///
+/// # Errors
+/// [`Error::Dataset`] when `data`'s classes are not the run's; as
+/// [`crate::checkpoint::load_latest_model`] and [`evaluate`].
+pub fn evaluate_run(
+    run: &std::path::Path,
+    data: Dataset,
+    device: &crate::device::SelectedDevice,
+) -> Result<EvalResult> {
+    let (model, config, state) = crate::checkpoint::load_latest_model(run, &device.device)?;
+    if state.class_names != data.class_names {
+        return Err(Error::Dataset {
+            path: run.into(),
+            message: "the dataset's classes differ from the run's; choose the dataset it was trained on".into(),
+        });
+    }
+    let pipe = Arc::new(SamplePipeline::from_config(&config, false));
+    let settings = EvalSettings {
+        model: &config.model,
+        batch_size: config.train.batch_size.max(32),
+        precision: Precision::F32,
+        workers: config.data.workers,
+        buffer_limit: device.buffer_limit(),
+    };
+    evaluate(&model, Arc::new(data), pipe, &device.device, &settings)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -133,6 +133,10 @@ impl StopSignal {
     pub fn stop(&self) {
         self.0.store(true, Ordering::SeqCst);
     }
+    /// Withdraws a stop (a new job starts).
+    pub fn clear(&self) {
+        self.0.store(false, Ordering::SeqCst);
+    }
     /// Whether a stop was asked for.
     pub fn is_set(&self) -> bool {
         self.0.load(Ordering::SeqCst)

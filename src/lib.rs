@@ -35,6 +35,7 @@ pub mod preprocess;
 pub mod presets;
 pub mod run_dir;
 pub mod schedule;
+pub mod session;
 pub mod train;
 pub mod trainer;
 pub mod user_path;

@@ -20,10 +20,13 @@ use std::ffi::OsString;
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
-use std::sync::mpsc::Sender;
+use std::sync::mpsc::{RecvTimeoutError, Sender};
 use std::sync::{Arc, Mutex, PoisonError};
 
-use crate::events::Event;
+use crate::config::Config;
+use crate::device::DeviceChoice;
+use crate::error::{Error, Result};
+use crate::events::{Event, LiveBudget, RunEnd, StopSignal};
 
 /// Marks an event line on the child's stdout.
 pub const EVENT_PREFIX: &str = "\u{1e}vramfit-event ";
@@ -205,6 +208,125 @@ impl Drop for WorkerProcess {
     fn drop(&mut self) {
         self.stdin = None;
         let _ = self.child.wait();
+    }
+}
+
+/// How a client starts training workers: the vramfit executable (this one, by default) and
+/// variables added to its environment (the tests inject faults with `VRAMFIT_FAULT`).
+#[derive(Clone, Debug)]
+pub struct WorkerLaunch {
+    /// The vramfit binary.
+    pub exe: PathBuf,
+    /// Added to the worker's environment.
+    pub env: Vec<(OsString, OsString)>,
+}
+
+impl Default for WorkerLaunch {
+    fn default() -> Self {
+        Self { exe: std::env::current_exe().unwrap_or_else(|_| PathBuf::from("vramfit")), env: Vec::new() }
+    }
+}
+
+/// What a training run in a worker process needs.
+#[derive(Clone, Debug)]
+pub struct TrainingSpec {
+    /// The config of a new run (a resumed run uses its own `config.toml`).
+    pub config: Config,
+    /// The dataset folder (`None`: the bundled data; on resume, the run's `data.txt`).
+    pub data_dir: Option<PathBuf>,
+    /// The device.
+    pub device: DeviceChoice,
+    /// The run folder.
+    pub out_dir: PathBuf,
+    /// Continue the run in `out_dir`.
+    pub resume: bool,
+    /// Stop after this global step.
+    pub max_steps: Option<usize>,
+}
+
+impl TrainingSpec {
+    /// The worker's command line; `config_file` holds `config` for a new run.
+    fn args(&self, config_file: &Path) -> Vec<OsString> {
+        let mut args: Vec<OsString> =
+            vec!["train".into(), "--worker".into(), "--out".into(), self.out_dir.clone().into()];
+        if self.resume {
+            args.push("--resume".into());
+        } else {
+            args.extend(["--config".into(), config_file.into()]);
+        }
+        if let Some(dir) = &self.data_dir {
+            args.extend(["--data".into(), dir.clone().into()]);
+        }
+        args.extend(device_args(self.device).into_iter().map(Into::into));
+        if let Some(m) = self.max_steps {
+            args.extend(["--max-steps".into(), m.to_string().into()]);
+        }
+        args
+    }
+}
+
+/// A training run in a worker process: what to train and how to start the worker
+/// ([`crate::session::Job::TrainInWorker`]).
+#[derive(Clone, Debug)]
+pub struct WorkerJob {
+    /// The run.
+    pub spec: TrainingSpec,
+    /// The executable and environment.
+    pub launch: WorkerLaunch,
+}
+
+/// Runs `job` in a worker process and waits for it: its events go to `sink`, its other output
+/// lines as [`Event::Info`]; `stop` and changes of `budget` are passed on to it.
+///
+/// # Errors
+/// [`Error::Io`] when the config cannot be written or the process not started;
+/// [`Error::Worker`] with the error the worker explained, or its crash report.
+pub fn supervise(
+    job: &WorkerJob,
+    sink: &mut dyn FnMut(Event),
+    stop: &StopSignal,
+    budget: &LiveBudget,
+) -> Result<RunEnd> {
+    let spec = &job.spec;
+    let io = |e: std::io::Error| Error::io(&spec.out_dir, format!("cannot start the training process: {e}"));
+    let mut file = tempfile::Builder::new().prefix("vramfit-app-").suffix(".toml").tempfile().map_err(io)?;
+    file.write_all(spec.config.to_toml().as_bytes()).map_err(io)?;
+    let config_file = file.into_temp_path();
+    let (tx, output) = std::sync::mpsc::channel();
+    let gpu = matches!(spec.device, DeviceChoice::Gpu(_));
+    let args = spec.args(&config_file);
+    let mut process =
+        WorkerProcess::spawn(&job.launch.exe, &args, &job.launch.env, &spec.out_dir, gpu, tx, || {}).map_err(io)?;
+    budget.set(spec.config.memory.memory_budget_bytes);
+    let (mut budget_sent, mut stop_sent, mut finished) = (budget.get(), false, None);
+    loop {
+        match output.recv_timeout(std::time::Duration::from_millis(50)) {
+            Ok(Output::Event(Event::Finished(end))) => finished = Some(end),
+            Ok(Output::Event(e)) => sink(e),
+            Ok(Output::Stdout(line) | Output::Stderr(line)) if !line.trim().is_empty() => sink(Event::Info(line)),
+            Ok(_) => {}
+            Err(RecvTimeoutError::Timeout) => {}
+            Err(RecvTimeoutError::Disconnected) => break,
+        }
+        if stop.is_set() && !stop_sent {
+            process.stop();
+            stop_sent = true;
+        }
+        if budget.get() != budget_sent {
+            budget_sent = budget.get();
+            process.set_budget(budget_sent);
+        }
+    }
+    let end = process.wait().map_err(|e| Error::Worker(format!("lost the training process: {e}")))?;
+    match end {
+        End::Done => {
+            finished.ok_or_else(|| Error::Worker("the training process ended without a summary; see the log".into()))
+        }
+        End::Explained { code: 130, .. } => Err(Error::Worker("the training process was interrupted".into())),
+        End::Explained { message, .. } => {
+            Err(Error::Worker(message.unwrap_or_else(|| "the training process failed; see the log".into())))
+        }
+        End::Crashed(report) => Err(Error::Worker(format!("{report}\n(the app: press Resume)"))),
     }
 }
 

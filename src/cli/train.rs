@@ -14,9 +14,9 @@ use super::{ConfigArgs, DeviceArgs};
 use crate::config::Config;
 use crate::dataset;
 use crate::device::SelectedDevice;
-use crate::events::{Event, StopSignal};
 use crate::memory::human_bytes;
 use crate::run_dir::DATA_NOTE;
+use crate::session::{Job, JobOutput, Session};
 use crate::train::{self, TrainRequest};
 
 /// `vramfit train`.
@@ -53,14 +53,11 @@ pub struct TrainArgs {
     worker: bool,
 }
 
-/// Runs `work` on a named engine thread, rendering its events here; Ctrl-C stops it cleanly.
-fn run_engine<T: Send + 'static>(
-    worker: bool,
-    budget: Option<crate::events::LiveBudget>,
-    work: impl FnOnce(&mut dyn FnMut(Event), &StopSignal) -> crate::Result<T> + Send + 'static,
-) -> anyhow::Result<T> {
-    let stop = StopSignal::new();
-    let handler_stop = stop.clone();
+/// Runs `job` on an engine [`Session`], rendering its events here (or, in a worker, passing
+/// them to the parent); Ctrl-C stops it cleanly.
+fn run_engine(worker: bool, job: Job) -> anyhow::Result<JobOutput> {
+    let session = Session::start(|| {})?;
+    let handler_stop = session.stop_signal();
     let _ = ctrlc::set_handler(move || {
         if handler_stop.is_set() {
             std::process::exit(130);
@@ -69,33 +66,24 @@ fn run_engine<T: Send + 'static>(
         handler_stop.stop();
     });
     if worker {
-        super::worker::obey_parent(stop.clone(), budget);
+        super::worker::obey_parent(session.stop_signal(), Some(session.budget()));
     }
-    let (tx, rx) = std::sync::mpsc::sync_channel::<Event>(1024);
-    let engine_stop = stop.clone();
-    let handle = std::thread::Builder::new().name("vramfit-engine".into()).spawn(move || {
-        let mut sink = |e: Event| {
-            let _ = tx.send(e);
-        };
-        work(&mut sink, &engine_stop)
-    })?;
     let mut renderer = Renderer::default();
     let mut epochs = 0;
-    for event in rx {
+    let result = session.run(job, &mut |event| {
         if worker {
             super::worker::inject_fault(&event);
             super::worker::emit(&event);
         } else {
             renderer.handle(&event, &mut epochs);
         }
-    }
+    });
     renderer.finish();
-    match handle.join() {
-        Ok(result) => Ok(result?),
-        Err(panic) => {
-            let msg = crate::events::panic_message(panic.as_ref());
+    match result {
+        Err(crate::Error::Crashed(msg)) => {
             bail!("the engine crashed ({msg}); the last checkpoint is intact: rerun with --resume --out <run folder>")
         }
+        other => Ok(other?),
     }
 }
 
@@ -126,10 +114,10 @@ pub fn train(args: TrainArgs) -> anyhow::Result<ExitCode> {
     req.resume = args.resume;
     req.auto_fit = args.auto_fit;
     req.max_steps = args.max_steps;
-    let budget = crate::events::LiveBudget::new(req.config.memory.memory_budget_bytes);
-    req.live_budget = Some(budget.clone());
-    let d = device.clone();
-    let summary = run_engine(args.worker, Some(budget), move |sink, stop| train::train(&req, &d, &splits, sink, stop))?;
+    let job = Job::Train { request: Box::new(req), splits, device: device.clone() };
+    let JobOutput::Trained(summary) = run_engine(args.worker, job)? else {
+        bail!("the engine returned another job's output")
+    };
     print_summary(&summary, &device, &out);
     Ok(ExitCode::SUCCESS)
 }
@@ -185,8 +173,10 @@ fn overfit_check(
     train_ds: dataset::Dataset,
     worker: bool,
 ) -> anyhow::Result<ExitCode> {
-    let d = device.clone();
-    let result = run_engine(worker, None, move |sink, _| train::overfit_check(&config, &d, &train_ds, 200, sink))?;
+    let job = Job::OverfitCheck { config: Box::new(config), train: train_ds, device: device.clone(), steps: 200 };
+    let JobOutput::OverfitChecked(result) = run_engine(worker, job)? else {
+        bail!("the engine returned another job's output")
+    };
     println!(
         "overfit check on {}: {} after {} steps, accuracy on the 64 images {:.1}% (needs 98%)",
         device.name,

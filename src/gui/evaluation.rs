@@ -10,8 +10,7 @@ impl VramfitApp {
                 .add_enabled(can, egui::Button::new("Evaluate latest checkpoint"))
                 .on_disabled_hover_text("needs a run that is not training");
             if button.clicked() {
-                let ctx = ui.ctx().clone();
-                self.evaluate_now(&ctx);
+                self.commands.push(Command::Evaluate);
             }
             if self.evaluating() {
                 ui.spinner();

@@ -1,15 +1,24 @@
 //! The desktop app: setup with a live memory estimate, Train / Stop / Resume, live plots,
-//! evaluation, drag-and-drop prediction and export. A thin client of the engine: it edits a
-//! [`Config`], starts [`worker::TrainingJob`]s and draws the [`crate::events::Event`]s they send.
+//! evaluation, drag-and-drop prediction and export. A thin client of one engine
+//! [`Session`]: panels record [`Command`]s while they draw, the app applies them after the
+//! frame ([`command`]), and every job (training in a worker process, evaluation, export,
+//! prediction) runs on the session, never on the UI thread.
+//!
+//! Files, by what the user sees: this file holds the app state and the frame; [`command`] what
+//! the user can do; `setup` the setup panel; `estimate` the memory estimate; `plots` the live
+//! plots; `status` the status bar; `evaluation` and `predict` the two other views; `ui_bench`
+//! the frame-time benchmark (outside the app state).
 
+mod command;
+mod estimate;
 mod evaluation;
 mod frame_time;
 mod history;
 mod plots;
 mod predict;
 mod setup;
+mod status;
 mod ui_bench;
-mod worker;
 
 use std::path::PathBuf;
 
@@ -22,13 +31,14 @@ use crate::dataset::{self, ScanOptions, Splits};
 use crate::device::{self, AdapterInfo, CpuBackend, DeviceChoice};
 use crate::memory::{self, Plan, human_bytes};
 use crate::preprocess::PreprocessMode;
+use crate::session::{Report, Session};
+pub use crate::worker_process::WorkerLaunch;
+pub use command::Command;
 pub use frame_time::{FRAME_BUDGET_MS, FrameSummary, FrameTimes};
 pub use history::RunHistory;
-pub use predict::PredictView;
+pub use predict::{PredictView, Prediction};
 use ui_bench::UiBench;
 pub use ui_bench::{UiBenchResult, bench_ui};
-pub use worker::WorkerLaunch;
-use worker::{EvalJob, JobEnd, TrainingJob, TrainingSpec};
 
 /// Settings kept between launches (eframe persistence).
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -64,51 +74,87 @@ pub enum View {
     Predict,
 }
 
-/// The application state (built by tests too).
-pub struct VramfitApp {
-    /// Persisted settings.
-    pub settings: Settings,
-    /// GPU adapters found at start.
-    pub adapters: Vec<AdapterInfo>,
-    /// The data of `settings.data_dir`, or why it cannot be used.
-    pub data: Result<Splits, String>,
-    data_for: Option<Option<PathBuf>>,
-    /// Memory plan of the current settings.
-    pub plan: Plan,
-    plan_for: Option<Config>,
-    job: Option<TrainingJob>,
-    /// Plots of the current run.
-    pub history: RunHistory,
-    /// The last run folder (for Resume, evaluation, prediction and export).
-    pub last_run: Option<PathBuf>,
-    /// Last error, shown in red with its fix.
-    pub error: Option<String>,
-    /// Status line.
-    pub status: String,
-    /// The central view.
-    pub view: View,
-    /// Prediction state.
-    pub predict: PredictView,
-    /// Last evaluation (after each epoch, or on demand).
-    pub evaluation: Option<crate::eval::EvalResult>,
-    eval_job: Option<EvalJob>,
-    /// Frame times (status bar; `vramfit bench ui`).
-    pub frame_times: FrameTimes,
-    title_sent: String,
-    bench: Option<UiBench>,
-    /// Stop each run after this many steps (tests).
-    pub max_steps: Option<usize>,
-    /// Where runs are written.
+/// How the app starts runs: where run folders go, how the training worker is started, and a
+/// step cap (tests and the UI bench).
+#[derive(Clone, Debug)]
+pub struct AppOptions {
+    /// Where runs are written (a new folder per run).
     pub runs_dir: PathBuf,
     /// How training worker processes are started.
     pub worker: WorkerLaunch,
+    /// Stop each run after this many steps (a resumed run: this many more).
+    pub max_steps: Option<usize>,
+}
+
+impl Default for AppOptions {
+    fn default() -> Self {
+        Self { runs_dir: PathBuf::from("runs"), worker: WorkerLaunch::default(), max_steps: None }
+    }
+}
+
+/// Which jobs of the app's session are in flight.
+#[derive(Clone, Copy, Debug, Default)]
+struct InFlight {
+    training: bool,
+    evaluating: bool,
+    exporting: bool,
+    predicting: bool,
+}
+
+/// The application state. Fields are private: the panels read them while drawing and record
+/// [`Command`]s; [`VramfitApp::apply`] is the one way state changes (tests use it too).
+pub struct VramfitApp {
+    settings: Settings,
+    adapters: Vec<AdapterInfo>,
+    /// The data of `settings.data_dir`, or why it cannot be used.
+    data: Result<Splits, String>,
+    data_for: Option<Option<PathBuf>>,
+    plan: Plan,
+    plan_for: Option<Config>,
+    session: Session,
+    /// The context the session's repaint requests go to (known from the first frame on).
+    repaint: std::sync::Arc<std::sync::OnceLock<egui::Context>>,
+    in_flight: InFlight,
+    commands: Vec<Command>,
+    history: RunHistory,
+    last_run: Option<PathBuf>,
+    error: Option<String>,
+    status: String,
+    view: View,
+    predict: PredictView,
+    evaluation: Option<crate::eval::EvalResult>,
+    frame_times: FrameTimes,
+    title_sent: String,
+    bench: Option<UiBench>,
+    options: AppOptions,
 }
 
 impl VramfitApp {
-    /// A new app with `settings`; lists adapters and opens the dataset.
+    /// A new app with `settings` and the default [`AppOptions`]; lists adapters, opens the
+    /// dataset and starts the engine session.
+    ///
+    /// # Panics
+    /// When the engine thread cannot be spawned (the system is out of threads).
     pub fn new(settings: Settings) -> Self {
+        Self::with_options(settings, AppOptions::default())
+    }
+
+    /// [`Self::new`] with `options`.
+    ///
+    /// # Panics
+    /// As [`Self::new`].
+    pub fn with_options(settings: Settings, options: AppOptions) -> Self {
         let adapters = device::list_adapters();
         let plan = memory::plan(&settings.config, 10);
+        let repaint = std::sync::Arc::new(std::sync::OnceLock::<egui::Context>::new());
+        let ctx = repaint.clone();
+        #[allow(clippy::expect_used)] // no thread for the engine: nothing the app could do
+        let session = Session::start(move || {
+            if let Some(ctx) = ctx.get() {
+                ctx.request_repaint();
+            }
+        })
+        .expect("cannot start the engine thread");
         let mut app = Self {
             settings,
             adapters,
@@ -116,7 +162,10 @@ impl VramfitApp {
             data_for: None,
             plan,
             plan_for: None,
-            job: None,
+            session,
+            repaint,
+            in_flight: InFlight::default(),
+            commands: Vec::new(),
             history: RunHistory::default(),
             last_run: None,
             error: None,
@@ -124,16 +173,68 @@ impl VramfitApp {
             view: View::Training,
             predict: PredictView::default(),
             evaluation: None,
-            eval_job: None,
             frame_times: FrameTimes::default(),
             title_sent: String::new(),
             bench: None,
-            max_steps: None,
-            runs_dir: PathBuf::from("runs"),
-            worker: WorkerLaunch::default(),
+            options,
         };
         app.refresh();
         app
+    }
+
+    /// The settings (persisted between launches).
+    pub fn settings(&self) -> &Settings {
+        &self.settings
+    }
+
+    /// GPU adapters found at start.
+    pub fn adapters(&self) -> &[AdapterInfo] {
+        &self.adapters
+    }
+
+    /// The memory plan of the current settings.
+    pub fn plan(&self) -> &Plan {
+        &self.plan
+    }
+
+    /// The plots' data of the current run.
+    pub fn history(&self) -> &RunHistory {
+        &self.history
+    }
+
+    /// The last run folder (for Resume, evaluation, prediction and export).
+    pub fn last_run(&self) -> Option<&std::path::Path> {
+        self.last_run.as_deref()
+    }
+
+    /// The last error, shown in red with its fix.
+    pub fn error(&self) -> Option<&str> {
+        self.error.as_deref()
+    }
+
+    /// The status line.
+    pub fn status(&self) -> &str {
+        &self.status
+    }
+
+    /// The central view.
+    pub fn view(&self) -> View {
+        self.view
+    }
+
+    /// The last evaluation (after each epoch, or on demand).
+    pub fn evaluation(&self) -> Option<&crate::eval::EvalResult> {
+        self.evaluation.as_ref()
+    }
+
+    /// Predicted images, newest first.
+    pub fn predictions(&self) -> &[Prediction] {
+        self.predict.predictions()
+    }
+
+    /// How runs are started; tests change the worker and the step cap between runs.
+    pub fn options_mut(&mut self) -> &mut AppOptions {
+        &mut self.options
     }
 
     /// The device the settings select (CPU when the adapter is gone).
@@ -175,42 +276,8 @@ impl VramfitApp {
         crate::presets::tier_for_memory(bytes)
     }
 
-    /// Applies a preset to the sliders.
-    pub fn select_preset(&mut self, name: &str) {
-        match crate::presets::load_config(name) {
-            Ok(c) => {
-                self.settings.config = c;
-                self.settings.preset = name.into();
-                self.refresh();
-            }
-            Err(e) => self.error = Some(e.to_string()),
-        }
-    }
-
-    /// Loads a `configs/`-style TOML file into the sliders.
-    pub fn load_preset_file(&mut self, path: &std::path::Path) {
-        match Config::load(path) {
-            Ok(c) => {
-                self.settings.preset = c.name.clone();
-                self.settings.config = c;
-                self.refresh();
-            }
-            Err(e) => self.error = Some(e.to_string()),
-        }
-    }
-
-    /// Saves the sliders as a `configs/`-style TOML file (atomically).
-    pub fn save_preset_file(&mut self, path: &std::path::Path) {
-        let mut c = self.settings.config.clone();
-        c.name = path.file_stem().map_or("custom".into(), |s| s.to_string_lossy().to_string());
-        match crate::checkpoint::write_atomic(path, c.to_toml().as_bytes()) {
-            Ok(()) => self.status = format!("preset saved to {}", path.display()),
-            Err(e) => self.error = Some(e.to_string()),
-        }
-    }
-
     /// Recomputes what depends on the settings (dataset scan, memory plan) when they changed.
-    pub fn refresh(&mut self) {
+    fn refresh(&mut self) {
         if self.data_for.as_ref() != Some(&self.settings.data_dir) {
             let path = self.settings.data_dir.clone().unwrap_or_else(dataset::bundled_dataset_dir);
             let c = &self.settings.config;
@@ -241,171 +308,34 @@ impl VramfitApp {
 
     /// Whether a run is in progress.
     pub fn training(&self) -> bool {
-        self.job.is_some()
-    }
-
-    /// The data and the opened device a job needs; `None` after showing why not (`fix` says what
-    /// to do about unusable data).
-    fn job_inputs(&mut self, fix: &str) -> Option<(Splits, device::SelectedDevice)> {
-        let inputs = self.data.clone().map_err(|e| format!("{e} ({fix})")).and_then(|splits| {
-            device::select(self.device_choice()).map(|device| (splits, device)).map_err(|e| e.to_string())
-        });
-        inputs.map_err(|e| self.error = Some(e)).ok()
-    }
-
-    /// Starts training (or resumes the last run) in a worker process.
-    pub fn start_training(&mut self, ctx: &egui::Context, resume: bool) {
-        if self.job.is_some() {
-            return;
-        }
-        // The data is checked here so a bad folder is named at once; the worker opens it again.
-        if let Err(e) = &self.data {
-            self.error = Some(format!("{e} (pick another dataset folder)"));
-            return;
-        }
-        let (out, config) = if resume {
-            let Some(run) = self.last_run.clone() else {
-                self.error = Some("nothing to resume: train first".into());
-                return;
-            };
-            match crate::run_dir::load_config(&run) {
-                Ok((c, notes)) => {
-                    self.history.log.extend(notes.into_iter().map(|n| format!("note: {n}")));
-                    (run, c)
-                }
-                Err(e) => {
-                    self.error = Some(e.to_string());
-                    return;
-                }
-            }
-        } else {
-            self.history = RunHistory::default();
-            (crate::run_dir::new_run_dir(&self.runs_dir), self.settings.config.clone())
-        };
-        let spec = TrainingSpec {
-            config,
-            data_dir: self.settings.data_dir.clone(),
-            device: self.device_choice(),
-            out_dir: out.clone(),
-            resume,
-            max_steps: self.max_steps.map(|m| m + self.history.last_step * usize::from(resume)),
-        };
-        let ctx = ctx.clone();
-        match TrainingJob::start(&spec, &self.worker, move || ctx.request_repaint()) {
-            Ok(job) => {
-                self.job = Some(job);
-                self.last_run = Some(out);
-                self.error = None;
-                self.status = if resume { "resuming".into() } else { "training".into() };
-            }
-            Err(e) => self.error = Some(format!("cannot start the training process: {e}")),
-        }
-    }
-
-    /// Evaluates the last run's newest checkpoint on the validation data, on its own thread;
-    /// the Evaluation view shows the result when it ends.
-    pub fn evaluate_now(&mut self, ctx: &egui::Context) {
-        if self.eval_job.is_some() || self.job.is_some() {
-            return;
-        }
-        let Some(run) = self.last_run.clone() else {
-            self.error = Some("nothing to evaluate: train first".into());
-            return;
-        };
-        let Some((splits, device)) = self.job_inputs("pick the dataset the run was trained on") else { return };
-        let ctx = ctx.clone();
-        match EvalJob::start(run, splits.val, device, move || ctx.request_repaint()) {
-            Ok(job) => {
-                self.eval_job = Some(job);
-                self.status = "evaluating the latest checkpoint".into();
-            }
-            Err(e) => self.error = Some(format!("cannot start the evaluation thread: {e}")),
-        }
+        self.in_flight.training
     }
 
     /// Whether an on-demand evaluation is running.
     pub fn evaluating(&self) -> bool {
-        self.eval_job.is_some()
+        self.in_flight.evaluating
     }
 
-    /// Asks the running job to stop (it saves a checkpoint).
-    pub fn stop_training(&mut self) {
-        if let Some(job) = &mut self.job {
-            job.stop();
-            self.status = "stopping after this step".into();
-        }
+    /// Whether any job of the app (training, evaluation, export, prediction) is in flight.
+    pub fn busy(&self) -> bool {
+        let f = self.in_flight;
+        f.training || f.evaluating || f.exporting || f.predicting
     }
 
-    /// Moves engine events into the history; finishes jobs whose thread ended.
-    pub fn poll(&mut self) {
-        if let Some(result) = self.eval_job.as_mut().and_then(EvalJob::try_finish) {
-            self.eval_job = None;
-            match result {
-                Ok(r) => {
-                    self.status = format!("evaluated: top-1 {:.2}% on {} images", r.top1 * 100.0, r.samples);
-                    self.evaluation = Some(r);
-                }
-                Err(e) => {
-                    self.status = "evaluation failed".into();
-                    self.error = Some(e);
-                }
+    /// Moves the session's reports into the state: events into the history, finished jobs
+    /// into the status, the evaluation view and the predictions.
+    fn poll(&mut self) {
+        while let Some(report) = self.session.try_recv() {
+            match report {
+                Report::Event(e) => self.history.push(&e),
+                Report::Finished { kind, result } => self.job_finished(kind, result),
             }
         }
-        let Some(job) = &mut self.job else { return };
-        for e in job.drain() {
-            self.history.push(&e);
-        }
-        if let Some(end) = job.try_finish() {
-            for e in job.drain() {
-                self.history.push(&e);
-            }
-            match end {
-                JobEnd::Done(summary) => {
-                    self.status = match (&summary.val, summary.stopped) {
-                        (_, true) => format!("stopped at step {}; press Resume to continue", summary.global_step),
-                        (Some(v), false) => format!(
-                            "done: validation accuracy {:.1}% after {} epochs",
-                            v.top1 * 100.0,
-                            summary.epochs_completed
-                        ),
-                        (None, false) => "done".into(),
-                    };
-                    if summary.val.is_some() {
-                        self.evaluation = summary.val.clone();
-                    }
-                    if let Some(dir) = &summary.export_dir {
-                        self.predict.model_path = Some(dir.clone());
-                    }
-                }
-                JobEnd::Failed(msg) => {
-                    self.status = "failed".into();
-                    self.error = Some(msg);
-                }
-            }
-            let t = self.frame_times.while_training();
-            tracing::info!(
-                "frames while training: {}, p50 {:.1} ms, p95 {:.1} ms, longest {:.1} ms, {} over {FRAME_BUDGET_MS} ms",
-                t.frames,
-                t.p50_ms,
-                t.p95_ms,
-                t.max_ms,
-                t.over_budget
-            );
-            self.job = None;
-        }
     }
 
-    /// Writes the last run's latest checkpoint as .bpk + .safetensors + model.json into `dir`.
-    ///
-    /// # Errors
-    /// A message when there is no run or the files cannot be written.
-    pub fn export_to(&self, dir: &std::path::Path) -> Result<Vec<PathBuf>, String> {
-        let run = self.last_run.as_ref().ok_or("train a model first")?;
-        crate::export::export_run(run, dir).map_err(|e| e.to_string())
-    }
-
-    /// Draws one frame (the whole window).
+    /// Draws one frame (the whole window), then applies the commands the panels recorded.
     pub fn ui(&mut self, ui: &mut egui::Ui) {
+        let _ = self.repaint.set(ui.ctx().clone());
         self.poll();
         self.refresh();
         let title = self.window_title();
@@ -413,9 +343,10 @@ impl VramfitApp {
             ui.ctx().send_viewport_cmd(egui::ViewportCommand::Title(title.clone()));
             self.title_sent = title;
         }
-        let dropped: Vec<egui::DroppedFileHandle> = ui.ctx().input(|i| i.raw.dropped_files.clone());
+        let dropped: Vec<PathBuf> =
+            ui.ctx().input(|i| i.raw.dropped_files.iter().map(|f| crate::user_path::normalize(f.path())).collect());
         if !dropped.is_empty() {
-            self.handle_drop(dropped);
+            self.commands.push(Command::Drop(dropped));
         }
         egui::Panel::left("setup").resizable(true).default_size(330.0).show(ui, |ui| {
             egui::ScrollArea::vertical().show(ui, |ui| self.setup_ui(ui));
@@ -423,38 +354,35 @@ impl VramfitApp {
         egui::Panel::bottom("status").show(ui, |ui| self.status_ui(ui));
         egui::CentralPanel::default_margins().show(ui, |ui| {
             ui.horizontal(|ui| {
-                ui.selectable_value(&mut self.view, View::Training, "Training");
-                ui.selectable_value(&mut self.view, View::Evaluation, "Evaluation");
-                ui.selectable_value(&mut self.view, View::Predict, "Predict");
+                for (view, name) in
+                    [(View::Training, "Training"), (View::Evaluation, "Evaluation"), (View::Predict, "Predict")]
+                {
+                    if ui.selectable_label(self.view == view, name).clicked() {
+                        self.commands.push(Command::ShowView(view));
+                    }
+                }
             });
             ui.separator();
             match self.view {
                 View::Training => self.plots_ui(ui),
                 View::Evaluation => self.evaluation_ui(ui),
-                View::Predict => {
-                    let device = self.device_choice();
-                    self.predict.ui(ui, device, self.last_run.as_deref());
-                }
+                View::Predict => self.predict.ui(ui, self.last_run.as_deref(), &mut self.commands),
             }
         });
-        if self.training() || self.evaluating() {
+        for command in std::mem::take(&mut self.commands) {
+            self.apply(command);
+        }
+        if self.busy() {
             ui.ctx().request_repaint_after(std::time::Duration::from_millis(250));
         }
     }
 
-    fn handle_drop(&mut self, files: Vec<egui::DroppedFileHandle>) {
-        let paths: Vec<PathBuf> = files.iter().map(|f| crate::user_path::normalize(f.path())).collect();
-        let Some(first) = paths.first() else { return };
-        let is_dataset = first.is_dir()
-            || crate::idx::find_split(first.parent().unwrap_or(first), "train").is_some()
-                && !dataset::has_image_extension(first);
-        if is_dataset && paths.len() == 1 {
-            self.settings.data_dir =
-                Some(if first.is_dir() { first.clone() } else { first.parent().unwrap_or(first).to_path_buf() });
-            self.refresh();
-        } else {
-            self.view = View::Predict;
-            self.predict.add_files(paths, self.device_choice(), self.last_run.as_deref());
+    /// Draws the setup panel alone (what the snapshot tests compare), applying its commands.
+    pub fn setup_panel(&mut self, ui: &mut egui::Ui) {
+        self.refresh();
+        self.setup_ui(ui);
+        for command in std::mem::take(&mut self.commands) {
+            self.apply(command);
         }
     }
 }

@@ -1,40 +1,15 @@
-//! The status bar and the live plots: loss, accuracy, learning rate and device memory against the budget.
+//! The live plots: loss, accuracy, learning rate and device memory against the budget.
 
 use super::*;
 
 impl VramfitApp {
-    pub(super) fn status_ui(&mut self, ui: &mut egui::Ui) {
-        ui.horizontal(|ui| {
-            ui.label(format!("{} · step {} · epoch {}", self.status, self.history.last_step, self.history.epoch + 1));
-            if let Some(run) = &self.last_run {
-                ui.label(format!("run {}", run.display()));
-            }
-            let (last, t) = (self.frame_times.last_ms(), self.frame_times.while_training());
-            if t.frames > 0 {
-                ui.small(format!(
-                    "frame {last:.0} ms (longest while training {:.0} ms, {} over {FRAME_BUDGET_MS:.0} ms)",
-                    t.max_ms, t.over_budget
-                ));
-            } else if last > 0.0 {
-                ui.small(format!("frame {last:.0} ms"));
-            }
-        });
-        if let Some(e) = &self.error {
-            ui.colored_label(egui::Color32::RED, e);
-        }
-        if let Some(last) = self.history.log.last() {
-            ui.small(last);
-        }
-    }
-
     pub(super) fn plots_ui(&mut self, ui: &mut egui::Ui) {
         let h = &self.history;
         ui.horizontal(|ui| {
             if ui.button("Save metrics CSV…").clicked()
                 && let Some(path) = rfd::FileDialog::new().set_file_name("metrics.csv").save_file()
-                && let Err(e) = crate::checkpoint::write_atomic(&path, h.to_csv().as_bytes())
             {
-                self.error = Some(e.to_string());
+                self.commands.push(Command::SaveMetrics(path));
             }
             if ui.button("Save plots PNG…").clicked()
                 && let Some(path) = rfd::FileDialog::new().set_file_name("vramfit-plots.png").save_file()

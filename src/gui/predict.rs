@@ -4,8 +4,9 @@ use std::path::{Path, PathBuf};
 
 use eframe::egui;
 
-use crate::device::{self, DeviceChoice};
-use crate::infer::{ClassProb, Predictor};
+use super::Command;
+use crate::infer::ClassProb;
+use crate::session::PredictedFile;
 
 /// One predicted image.
 pub struct Prediction {
@@ -23,72 +24,57 @@ pub struct Prediction {
 #[derive(Default)]
 pub struct PredictView {
     /// Weights to use: an export folder or file; `None` = the last run's export.
-    pub model_path: Option<PathBuf>,
+    pub(super) model_path: Option<PathBuf>,
     /// Results, newest first.
-    pub predictions: Vec<Prediction>,
+    predictions: Vec<Prediction>,
     /// Why the model could not be loaded.
-    pub error: Option<String>,
+    pub(super) error: Option<String>,
 }
 
 impl PredictView {
-    fn model_dir(&self, last_run: Option<&Path>) -> Option<PathBuf> {
+    /// The weights predictions use: the chosen ones, else the last run's export.
+    pub(super) fn model_dir(&self, last_run: Option<&Path>) -> Option<PathBuf> {
         self.model_path.clone().or_else(|| last_run.map(|r| r.join(crate::run_dir::EXPORT)))
     }
 
-    /// Predicts `paths` with the current weights on `device`.
-    pub fn add_files(&mut self, paths: Vec<PathBuf>, choice: DeviceChoice, last_run: Option<&Path>) {
-        let Some(model) = self.model_dir(last_run) else {
-            self.error = Some(
-                "no model yet: train one, or choose exported weights (.bpk / .safetensors with model.json)".into(),
-            );
-            return;
-        };
-        let device = match device::select(choice) {
-            Ok(d) => d,
-            Err(e) => {
-                self.error = Some(e.to_string());
-                return;
-            }
-        };
-        let predictor = match Predictor::load(&model, device.device.clone()) {
-            Ok(p) => p.with_buffer_limit(device.buffer_limit()),
-            Err(e) => {
-                self.error = Some(e.to_string());
-                return;
-            }
-        };
+    /// Results, newest first.
+    pub fn predictions(&self) -> &[Prediction] {
+        &self.predictions
+    }
+
+    /// Forgets the results.
+    pub(super) fn clear(&mut self) {
+        self.predictions.clear();
+    }
+
+    /// Shows a finished prediction job's results (newest first).
+    pub(super) fn add_results(&mut self, files: Vec<PredictedFile>) {
         self.error = None;
-        for path in paths {
-            let loaded = predictor.load_image(&path);
-            let thumbnail = loaded.as_ref().ok().map(|img| {
-                let t = image::imageops::thumbnail(img, 96, 96);
-                egui::ColorImage::from_rgb([t.width() as usize, t.height() as usize], t.as_raw())
-            });
-            let result = loaded
-                .map_err(|e| e.to_string())
-                .and_then(|img| predictor.predict_image(&img, 5).map_err(|e| e.to_string()));
-            let notice = predictor.take_notices().pop();
-            self.predictions.insert(0, Prediction { path, result, notice, thumbnail, texture: None });
+        for f in files {
+            let thumbnail =
+                f.thumbnail.map(|t| egui::ColorImage::from_rgb([t.width() as usize, t.height() as usize], t.as_raw()));
+            self.predictions
+                .insert(0, Prediction { path: f.path, result: f.result, notice: f.notice, thumbnail, texture: None });
         }
     }
 
     /// Draws the view.
-    pub fn ui(&mut self, ui: &mut egui::Ui, choice: DeviceChoice, last_run: Option<&Path>) {
+    pub(super) fn ui(&mut self, ui: &mut egui::Ui, last_run: Option<&Path>, commands: &mut Vec<Command>) {
         ui.horizontal(|ui| {
             let model = self.model_dir(last_run).map_or("none".into(), |p| p.display().to_string());
             ui.label(format!("weights: {model}"));
             if ui.button("Choose weights…").clicked()
                 && let Some(f) = rfd::FileDialog::new().add_filter("weights", &["bpk", "safetensors"]).pick_file()
             {
-                self.model_path = Some(f);
+                commands.push(Command::ChooseModel(f));
             }
             if ui.button("Choose images…").clicked()
                 && let Some(files) = rfd::FileDialog::new().pick_files()
             {
-                self.add_files(files, choice, last_run);
+                commands.push(Command::Predict(files));
             }
             if ui.button("Clear").clicked() {
-                self.predictions.clear();
+                commands.push(Command::ClearPredictions);
             }
         });
         ui.label("Drop image files on the window to classify them.");

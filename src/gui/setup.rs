@@ -7,178 +7,165 @@ impl VramfitApp {
         let busy = self.training();
         ui.heading("Setup");
         ui.add_enabled_ui(!busy, |ui| {
-            let label = |a: &AdapterInfo| match a.device_local_bytes {
-                Some(bytes) => format!("{} ({} {}, {})", a.name, a.backend, a.device_type, human_bytes(bytes)),
-                None => format!("{} ({} {})", a.name, a.backend, a.device_type),
-            };
-            let selected = self.device_label();
-            let device_label = ui.label("Device");
-            egui::ComboBox::from_id_salt("device")
-                .selected_text(selected)
-                .width(ui.available_width() - 8.0)
-                .truncate()
-                .show_ui(ui, |ui| {
-                    for a in &self.adapters {
-                        ui.selectable_value(&mut self.settings.adapter, Some(a.index), label(a));
-                    }
-                    ui.selectable_value(&mut self.settings.adapter, None, "CPU");
-                })
-                .response
-                .labelled_by(device_label.id);
-            if self.settings.adapter.is_none() {
-                ui.horizontal(|ui| {
-                    ui.radio_value(&mut self.settings.cpu_backend, CpuBackend::Flex, "flex");
-                    ui.radio_value(&mut self.settings.cpu_backend, CpuBackend::Ndarray, "ndarray");
-                });
-            }
+            self.device_ui(ui);
             ui.separator();
-            ui.label("Dataset");
-            ui.horizontal(|ui| {
-                let shown = self
-                    .settings
-                    .data_dir
-                    .as_ref()
-                    .map_or("bundled Fashion-MNIST subset".into(), |p| p.display().to_string());
-                ui.label(shown);
-            });
-            ui.horizontal(|ui| {
-                if ui.button("Choose folder…").clicked()
-                    && let Some(dir) = rfd::FileDialog::new().pick_folder()
-                {
-                    self.settings.data_dir = Some(dir);
-                }
-                if ui.button("Bundled").clicked() {
-                    self.settings.data_dir = None;
-                }
-            });
-            match &self.data {
-                Ok(d) => {
-                    let counts = d.train.class_counts();
-                    ui.label(format!(
-                        "{} classes, {} train / {} validation images",
-                        d.train.class_names.len(),
-                        d.train.samples.len(),
-                        d.val.samples.len()
-                    ));
-                    egui::CollapsingHeader::new("classes").show(ui, |ui| {
-                        for (name, n) in d.train.class_names.iter().zip(counts) {
-                            ui.label(format!("{name}: {n}"));
-                        }
-                    });
-                    dataset_report_ui(ui, &d.report, &self.history.skipped_files);
-                }
-                Err(e) => {
-                    ui.colored_label(egui::Color32::RED, e);
-                }
-            }
+            self.dataset_ui(ui);
             ui.separator();
-            ui.horizontal(|ui| {
-                let label = ui.label("Preset");
-                let mut chosen = None;
-                egui::ComboBox::from_id_salt("preset")
-                    .selected_text(self.settings.preset.clone())
-                    .show_ui(ui, |ui| {
-                        let this_card = self.card_tier();
-                        for (name, _) in crate::presets::PRESETS {
-                            let text =
-                                if this_card == Some(name) { format!("{name} (this card)") } else { name.to_string() };
-                            if ui.selectable_label(self.settings.preset == name, text).clicked() {
-                                chosen = Some(name);
-                            }
-                        }
-                    })
-                    .response
-                    .labelled_by(label.id);
-                if let Some(name) = chosen {
-                    self.select_preset(name);
-                }
-            });
-            ui.horizontal(|ui| {
-                if ui.button("Load preset…").clicked()
-                    && let Some(path) = rfd::FileDialog::new().add_filter("config", &["toml"]).pick_file()
-                {
-                    self.load_preset_file(&path);
-                }
-                if ui.button("Save preset…").clicked()
-                    && let Some(path) = rfd::FileDialog::new().set_file_name("custom.toml").save_file()
-                {
-                    self.save_preset_file(&path);
-                }
-            });
-            let f16_ok = self.f16_available();
-            let before = self.settings.config.clone();
-            knobs_ui(ui, &mut self.settings.config, f16_ok);
-            if self.settings.config != before {
-                self.settings.preset = "custom".into();
+            self.preset_ui(ui);
+            let mut config = self.settings.config.clone();
+            knobs_ui(ui, &mut config, self.f16_available());
+            if config != self.settings.config {
+                self.commands.push(Command::SetConfig(Box::new(config)));
             }
         });
         // The budget stays live while training: the engine halves its micro-batch when the
         // measured peak is over it.
         let mut gib = self.settings.config.memory.memory_budget_bytes as f64 / (1u64 << 30) as f64;
         if ui.add(egui::Slider::new(&mut gib, 0.25..=24.0).step_by(0.25).text("budget (GiB)")).changed() {
-            self.settings.config.memory.memory_budget_bytes = (gib * (1u64 << 30) as f64) as u64;
-            self.settings.preset = "custom".into();
-            if let Some(job) = &mut self.job {
-                job.set_budget(self.settings.config.memory.memory_budget_bytes);
-            }
+            self.commands.push(Command::SetBudget((gib * (1u64 << 30) as f64) as u64));
         }
         ui.add_enabled_ui(!busy, |ui| {
-            ui.checkbox(&mut self.settings.config.memory.cap_to_budget, "cap device memory at the budget")
-                .on_hover_text(
-                    "Emulate a card of the budget's size: a step whose reserved bytes cross the budget fails \
-                     as out of memory and is retried at half the micro-batch (one extra sync per step).",
-                );
+            let mut config = self.settings.config.clone();
+            ui.checkbox(&mut config.memory.cap_to_budget, "cap device memory at the budget").on_hover_text(
+                "Emulate a card of the budget's size: a step whose reserved bytes cross the budget fails \
+                 as out of memory and is retried at half the micro-batch (one extra sync per step).",
+            );
+            if config != self.settings.config {
+                self.commands.push(Command::SetConfig(Box::new(config)));
+            }
         });
         ui.separator();
         self.estimate_ui(ui);
         ui.separator();
+        self.run_buttons_ui(ui);
+    }
+
+    /// The adapter picker (with each card's memory) and, for the CPU, the backend.
+    fn device_ui(&mut self, ui: &mut egui::Ui) {
+        let label = |a: &AdapterInfo| match a.device_local_bytes {
+            Some(bytes) => format!("{} ({} {}, {})", a.name, a.backend, a.device_type, human_bytes(bytes)),
+            None => format!("{} ({} {})", a.name, a.backend, a.device_type),
+        };
+        let device_label = ui.label("Device");
+        let mut adapter = self.settings.adapter;
+        egui::ComboBox::from_id_salt("device")
+            .selected_text(self.device_label())
+            .width(ui.available_width() - 8.0)
+            .truncate()
+            .show_ui(ui, |ui| {
+                for a in &self.adapters {
+                    ui.selectable_value(&mut adapter, Some(a.index), label(a));
+                }
+                ui.selectable_value(&mut adapter, None, "CPU");
+            })
+            .response
+            .labelled_by(device_label.id);
+        if adapter != self.settings.adapter {
+            self.commands.push(Command::SelectAdapter(adapter));
+        }
+        if self.settings.adapter.is_none() {
+            let mut backend = self.settings.cpu_backend;
+            ui.horizontal(|ui| {
+                ui.radio_value(&mut backend, CpuBackend::Flex, "flex");
+                ui.radio_value(&mut backend, CpuBackend::Ndarray, "ndarray");
+            });
+            if backend != self.settings.cpu_backend {
+                self.commands.push(Command::SelectCpuBackend(backend));
+            }
+        }
+    }
+
+    /// The dataset folder, its classes and what its scan and training left out.
+    fn dataset_ui(&mut self, ui: &mut egui::Ui) {
+        ui.label("Dataset");
+        let shown =
+            self.settings.data_dir.as_ref().map_or("bundled Fashion-MNIST subset".into(), |p| p.display().to_string());
+        ui.label(shown);
         ui.horizontal(|ui| {
-            if ui.add_enabled(!busy, egui::Button::new("Train")).clicked() {
-                let ctx = ui.ctx().clone();
-                self.start_training(&ctx, false);
-            }
-            if ui.add_enabled(busy, egui::Button::new("Stop")).clicked() {
-                self.stop_training();
-            }
-            if ui.add_enabled(!busy && self.last_run.is_some(), egui::Button::new("Resume")).clicked() {
-                let ctx = ui.ctx().clone();
-                self.start_training(&ctx, true);
-            }
-            if ui.add_enabled(!busy && self.last_run.is_some(), egui::Button::new("Export…")).clicked()
+            if ui.button("Choose folder…").clicked()
                 && let Some(dir) = rfd::FileDialog::new().pick_folder()
             {
-                match self.export_to(&dir) {
-                    Ok(files) => self.status = format!("exported {} files to {}", files.len(), dir.display()),
-                    Err(e) => self.error = Some(e),
-                }
+                self.commands.push(Command::SetDataDir(Some(dir)));
+            }
+            if ui.button("Bundled").clicked() {
+                self.commands.push(Command::SetDataDir(None));
+            }
+        });
+        match &self.data {
+            Ok(d) => {
+                let counts = d.train.class_counts();
+                ui.label(format!(
+                    "{} classes, {} train / {} validation images",
+                    d.train.class_names.len(),
+                    d.train.samples.len(),
+                    d.val.samples.len()
+                ));
+                egui::CollapsingHeader::new("classes").show(ui, |ui| {
+                    for (name, n) in d.train.class_names.iter().zip(counts) {
+                        ui.label(format!("{name}: {n}"));
+                    }
+                });
+                dataset_report_ui(ui, &d.report, &self.history.skipped_files);
+            }
+            Err(e) => {
+                ui.colored_label(egui::Color32::RED, e);
+            }
+        }
+    }
+
+    /// The preset picker (the tier of this card marked) and preset files.
+    fn preset_ui(&mut self, ui: &mut egui::Ui) {
+        ui.horizontal(|ui| {
+            let label = ui.label("Preset");
+            egui::ComboBox::from_id_salt("preset")
+                .selected_text(self.settings.preset.clone())
+                .show_ui(ui, |ui| {
+                    let this_card = self.card_tier();
+                    for (name, _) in crate::presets::PRESETS {
+                        let text =
+                            if this_card == Some(name) { format!("{name} (this card)") } else { name.to_string() };
+                        if ui.selectable_label(self.settings.preset == name, text).clicked() {
+                            self.commands.push(Command::SelectPreset(name.to_string()));
+                        }
+                    }
+                })
+                .response
+                .labelled_by(label.id);
+        });
+        ui.horizontal(|ui| {
+            if ui.button("Load preset…").clicked()
+                && let Some(path) = rfd::FileDialog::new().add_filter("config", &["toml"]).pick_file()
+            {
+                self.commands.push(Command::LoadPresetFile(path));
+            }
+            if ui.button("Save preset…").clicked()
+                && let Some(path) = rfd::FileDialog::new().set_file_name("custom.toml").save_file()
+            {
+                self.commands.push(Command::SavePresetFile(path));
             }
         });
     }
 
-    pub(super) fn estimate_ui(&self, ui: &mut egui::Ui) {
-        ui.label("Memory estimate");
-        let fraction = self.plan.estimate.total as f32 / self.plan.budget_bytes.max(1) as f32;
-        let color =
-            if self.plan.fits { egui::Color32::from_rgb(60, 160, 90) } else { egui::Color32::from_rgb(200, 60, 60) };
-        ui.add(
-            egui::ProgressBar::new(fraction.min(1.0)).fill(color).text(format!("{:.0}% of budget", fraction * 100.0)),
-        );
-        ui.label(self.estimate_text());
-        let e = &self.plan.estimate;
-        ui.small(format!(
-            "weights+grads+AdamW {} · activations {} · input {} · workspace {} · pool pages {}",
-            human_bytes(e.parameters + e.gradients + e.optimizer_state + e.weight_casts),
-            human_bytes(e.activations()),
-            human_bytes(e.input_batch),
-            human_bytes(e.workspace),
-            human_bytes(e.allocator_overhead)
-        ));
-        if !self.plan.fits && self.plan.fit_batch_size > 0 {
-            ui.small(format!(
-                "fits as batch {} x accumulation {} (same effective batch)",
-                self.plan.fit_batch_size, self.plan.fit_grad_accum_steps
-            ));
-        }
+    /// Train, Stop, Resume and Export.
+    fn run_buttons_ui(&mut self, ui: &mut egui::Ui) {
+        let busy = self.training();
+        let has_run = self.last_run.is_some();
+        ui.horizontal(|ui| {
+            if ui.add_enabled(!busy, egui::Button::new("Train")).clicked() {
+                self.commands.push(Command::Train);
+            }
+            if ui.add_enabled(busy, egui::Button::new("Stop")).clicked() {
+                self.commands.push(Command::Stop);
+            }
+            if ui.add_enabled(!busy && has_run, egui::Button::new("Resume")).clicked() {
+                self.commands.push(Command::Resume);
+            }
+            if ui.add_enabled(!busy && has_run, egui::Button::new("Export…")).clicked()
+                && let Some(dir) = rfd::FileDialog::new().pick_folder()
+            {
+                self.commands.push(Command::Export(dir));
+            }
+        });
     }
 }
 

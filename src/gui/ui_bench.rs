@@ -28,12 +28,12 @@ impl VramfitApp {
         let Some(b) = &mut self.bench else { return };
         let Some(deadline) = b.deadline else {
             b.deadline = Some(std::time::Instant::now() + std::time::Duration::from_secs_f64(b.seconds));
-            self.start_training(ctx, false);
+            self.apply(Command::Train);
             return;
         };
         if self.training() {
             if std::time::Instant::now() >= deadline {
-                self.stop_training();
+                self.apply(Command::Stop);
             }
             return;
         }
@@ -71,8 +71,8 @@ pub fn bench_ui(seconds: f64) -> anyhow::Result<UiBenchResult> {
         "vramfit-bench-ui",
         options,
         Box::new(move |_cc| {
-            let mut app = VramfitApp::new(Settings::default());
-            app.runs_dir = dir;
+            let options = AppOptions { runs_dir: dir, ..AppOptions::default() };
+            let mut app = VramfitApp::with_options(Settings::default(), options);
             app.bench = Some(UiBench { seconds, deadline: None, result: slot });
             Ok(Box::new(app))
         }),

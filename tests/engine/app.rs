@@ -1,156 +1,248 @@
-//! The desktop app, driven headless by egui_kittest.
+//! The desktop app, driven headless by egui_kittest: one feature per test. Widgets are clicked
+//! where the feature is a widget; state changes that a file dialog or a slider would make go
+//! through the app's `Command`s, as the panels record them.
+
+use egui_kittest::Harness;
+use egui_kittest::kittest::Queryable;
+use vramfit::gui::{AppOptions, Command, Settings, View, VramfitApp};
 
 use super::*;
 
-/// The app trains in a worker process: an abort injected into it (as the GPU runtime aborts)
-/// ends the job, not the window; the error names the cause, and Resume continues from the last
-/// checkpoint with every step once.
-#[test]
-fn gui_survives_an_aborted_training_process_and_resume_continues_from_its_checkpoint() {
-    use egui_kittest::kittest::Queryable;
-    use vramfit::gui::{Settings, VramfitApp};
-    let dir = tempfile::tempdir().unwrap();
-    let mut app = VramfitApp::new(Settings::default());
-    app.runs_dir = dir.path().join("runs");
-    app.worker = app_worker(Some("abort@5"));
-    app.settings.adapter = None; // the CPU: quick, and the same worker path as a GPU
-    app.settings.config.train.checkpoint_every_steps = 3;
-    let mut harness = egui_kittest::Harness::builder()
-        .with_size([1280.0, 820.0])
-        .build_ui_state(|ui, app: &mut VramfitApp| app.ui(ui), app);
-    harness.step();
-    harness.get_by_label("Train").click();
-    step_until(&mut harness, "the worker's abort", |a| !a.training() && a.history.last_step > 0);
-    let error = harness.state().error.clone().unwrap_or_default();
-    assert!(error.contains("SIGABRT") && error.contains("after step 4"), "{error}");
-    assert!(error.contains("the run folder is intact") && error.contains("3 steps"), "{error}");
-    assert_eq!(harness.state().status, "failed");
-    // The window lives on: it draws, and Resume continues from the checkpoint at step 3.
-    harness.step();
-    harness.state_mut().worker = app_worker(None);
-    harness.state_mut().max_steps = Some(3);
-    harness.get_by_label("Resume").click();
-    step_until(&mut harness, "the resumed run", |a| !a.training() && a.history.last_step >= 7);
-    let app = harness.state();
-    assert!(app.error.is_none(), "{:?}", app.error);
-    let run = app.last_run.clone().unwrap();
-    assert_eq!(metric_steps(&run), (1..=7).collect::<Vec<_>>(), "every step once in metrics.csv");
-    assert!(run.join("data.txt").exists(), "a run started in the app resumes from the CLI too");
+/// An app writing its runs under `dir`, training through `worker`.
+fn app_in(dir: &Path, worker: vramfit::gui::WorkerLaunch) -> VramfitApp {
+    let options = AppOptions { runs_dir: dir.join("runs"), worker, max_steps: None };
+    VramfitApp::with_options(Settings::default(), options)
 }
 
+/// A harness drawing the whole window (`wgpu`: able to render screenshots).
+fn window(app: VramfitApp, wgpu: bool) -> Harness<'static, VramfitApp> {
+    let builder = Harness::builder().with_size([1280.0, 820.0]);
+    let builder = if wgpu { builder.wgpu() } else { builder };
+    let mut harness = builder.build_ui_state(|ui, app: &mut VramfitApp| app.ui(ui), app);
+    harness.step();
+    harness
+}
+
+/// The app trains in a worker process: an abort injected into it (as the GPU runtime aborts)
+/// ends the job, not the window; the error names the cause, and Resume continues from the last
+/// checkpoint with every step once. The run folder then resumes from the CLI on the same data.
 #[test]
-fn gui_tiers_estimate_train_stop_resume_export_and_drop_prediction() {
-    use egui_kittest::kittest::Queryable;
-    use vramfit::gui::{Settings, View, VramfitApp};
+fn gui_survives_an_aborted_training_process_and_its_run_resumes_in_the_app_and_the_cli() {
+    let dir = tempfile::tempdir().unwrap();
+    // A dataset of its own (not the bundled one), so "the same data" can be checked.
+    let data = dir.path().join("data");
+    for (i, s) in bundled().train.samples.iter().take(400).enumerate() {
+        let class = dir.path().join("data").join(format!("c{}", s.label % 3));
+        std::fs::create_dir_all(&class).unwrap();
+        let pipe = SamplePipeline::from_config(&quickstart(), false);
+        pipe.decode(&s.source).unwrap().save(class.join(format!("{i:04}.png"))).unwrap();
+    }
+    let mut app = app_in(dir.path(), app_worker(Some("abort@5")));
+    app.apply(Command::SelectAdapter(None)); // the CPU: quick, and the same worker path as a GPU
+    app.apply(Command::SetDataDir(Some(data.clone())));
+    let mut config = app.settings().config.clone();
+    config.train.checkpoint_every_steps = 3;
+    app.apply(Command::SetConfig(Box::new(config)));
+    let mut harness = window(app, false);
+    harness.get_by_label("Train").click();
+    step_until(&mut harness, "the worker's abort", |a| !a.training() && a.history().last_step > 0);
+    let error = harness.state().error().unwrap_or_default().to_string();
+    assert!(error.contains("SIGABRT") && error.contains("after step 4"), "{error}");
+    assert!(error.contains("the run folder is intact") && error.contains("3 steps"), "{error}");
+    assert_eq!(harness.state().status(), "failed");
+    // The window lives on: it draws, and Resume continues from the checkpoint at step 3.
+    harness.step();
+    harness.state_mut().options_mut().worker = app_worker(None);
+    harness.state_mut().options_mut().max_steps = Some(3);
+    harness.get_by_label("Resume").click();
+    step_until(&mut harness, "the resumed run", |a| !a.training() && a.history().last_step >= 7);
+    let app = harness.state();
+    assert!(app.error().is_none(), "{:?}", app.error());
+    let run = app.last_run().unwrap().to_path_buf();
+    assert_eq!(metric_steps(&run), (1..=7).collect::<Vec<_>>(), "every step once in metrics.csv");
+    // The CLI resumes the app's run with only --out: same data folder, steps continue.
+    let (ok, log) = vramfit_cli(&[
+        "train".as_ref(),
+        "--resume".as_ref(),
+        "--out".as_ref(),
+        run.as_os_str(),
+        "--device".as_ref(),
+        "cpu".as_ref(),
+        "--max-steps".as_ref(),
+        "9".as_ref(),
+    ]);
+    assert!(ok, "{log}");
+    let canonical = data.canonicalize().unwrap();
+    assert!(log.contains(&canonical.display().to_string()), "the app's data folder: {log}");
+    assert_eq!(metric_steps(&run), (1..=9).collect::<Vec<_>>(), "the CLI continued at step 8");
+}
+
+/// The window title names the device in use and follows the device picker.
+#[test]
+fn gui_window_title_follows_the_device_picker() {
     if gpu().is_none() {
-        return; // the app renders through wgpu
+        return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let mut app = VramfitApp::new(Settings::default());
-    app.runs_dir = dir.path().join("runs");
-    app.worker = app_worker(None);
-    app.settings.config.train.memory_sample_every = 1;
-    let mut harness = egui_kittest::Harness::builder()
-        .with_size([1280.0, 820.0])
-        .wgpu()
-        .build_ui_state(|ui, app: &mut VramfitApp| app.ui(ui), app);
-    harness.step();
-    // The window title names the device in use, and follows the picker.
-    let adapter = harness.state().adapters[0].name.clone();
+    let mut harness = window(app_in(dir.path(), app_worker(None)), false);
+    let adapter = harness.state().adapters()[0].name.clone();
     assert!(harness.state().window_title().contains(&adapter), "{}", harness.state().window_title());
-    harness.state_mut().settings.adapter = None;
+    harness.state_mut().apply(Command::SelectAdapter(None));
     harness.step();
     assert_eq!(harness.state().window_title(), "vramfit — CPU (flex)");
     let commands = format!("{:?}", harness.output().viewport_output[&egui::ViewportId::ROOT].commands);
     assert!(commands.contains("vramfit — CPU (flex)"), "{commands}");
-    harness.state_mut().settings.adapter = Some(0);
-    harness.step();
-    // The dataset panel lists what the scan left out, per file with the reason.
-    harness.state_mut().settings.data_dir = Some(cases().join("C11/dataset"));
-    harness.step();
+}
+
+/// The dataset panel lists what the scan left out, per file with the reason.
+#[test]
+fn gui_dataset_panel_lists_the_files_the_scan_left_out() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut app = app_in(dir.path(), app_worker(None));
+    app.apply(Command::SetDataDir(Some(cases().join("C11/dataset"))));
+    let mut harness = window(app, false);
     harness.get_by_label_contains("files ignored by the scan").click();
     harness.step();
     assert!(harness.query_all_by_label_contains(".DS_Store: hidden file or OS junk").count() >= 1);
-    harness.state_mut().settings.data_dir = None;
-    harness.step();
-    // A tier preset changes the sliders and the estimate.
+}
+
+/// A tier preset changes the knobs and the estimate; presets save to and load from TOML; a
+/// knob moves the estimate.
+#[test]
+fn gui_presets_and_knobs_move_the_estimate_and_presets_round_trip_through_toml() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut harness = window(app_in(dir.path(), app_worker(None)), false);
     let quick = harness.state().estimate_text();
     harness.get_by_label(&quick);
-    harness.state_mut().select_preset("8gb");
+    harness.state_mut().apply(Command::SelectPreset("8gb".into()));
     harness.step();
-    assert_eq!(harness.state().settings.config.train.batch_size, 32);
-    assert_eq!(harness.state().settings.config.data.preprocess.crop_size, 224);
+    let config = &harness.state().settings().config;
+    assert_eq!((config.train.batch_size, config.data.preprocess.crop_size), (32, 224));
     let tier = harness.state().estimate_text();
     assert_ne!(tier, quick);
     harness.get_by_label(&tier);
-    snapshot(&mut harness, "setup-8gb");
-    // Presets save to and load from configs/-style TOML.
     let preset_file = dir.path().join("mine.toml");
-    harness.state_mut().save_preset_file(&preset_file);
-    harness.state_mut().select_preset("quickstart");
-    harness.state_mut().load_preset_file(&preset_file);
-    assert_eq!(harness.state().settings.config.train.batch_size, 32);
-    assert_eq!(harness.state().settings.preset, "mine");
-    // Moving the batch size changes the estimate.
-    harness.state_mut().settings.config.train.batch_size = 64;
+    harness.state_mut().apply(Command::SavePresetFile(preset_file.clone()));
+    harness.state_mut().apply(Command::SelectPreset("quickstart".into()));
+    harness.state_mut().apply(Command::LoadPresetFile(preset_file));
+    assert_eq!(harness.state().settings().config.train.batch_size, 32);
+    assert_eq!(harness.state().settings().preset, "mine");
+    let mut bigger = harness.state().settings().config.clone();
+    bigger.train.batch_size = 64;
+    harness.state_mut().apply(Command::SetConfig(Box::new(bigger)));
     harness.step();
-    let bigger = harness.state().estimate_text();
-    assert_ne!(bigger, tier);
-    harness.get_by_label(&bigger);
-    // Train on the bundled data: the loss and memory plots get points.
-    harness.state_mut().select_preset("quickstart");
-    harness.state_mut().settings.config.train.memory_sample_every = 1;
+    assert_eq!(harness.state().settings().preset, "custom");
+    let text = harness.state().estimate_text();
+    assert_ne!(text, tier);
+    harness.get_by_label(&text);
+}
+
+/// The setup panel is compared with its stored snapshot (tests/snapshots/, rendered by
+/// lavapipe): a change of layout, label or estimate fails here. `UPDATE_SNAPSHOTS=1` rewrites
+/// the stored images after a deliberate change.
+#[test]
+fn gui_setup_panel_matches_its_snapshots() {
+    if gpu().is_none() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let app = app_in(dir.path(), app_worker(None));
+    let mut harness = Harness::builder()
+        .with_size([340.0, 900.0])
+        .wgpu()
+        .build_ui_state(|ui, app: &mut VramfitApp| app.setup_panel(ui), app);
     harness.step();
+    harness.snapshot("setup-quickstart");
+    harness.state_mut().apply(Command::SelectPreset("8gb".into()));
+    harness.step();
+    harness.snapshot("setup-8gb");
+}
+
+/// Train on the bundled data on the GPU: the loss and memory plots get points; Stop stops with
+/// a checkpoint; Evaluate evaluates it; Resume continues the step count; the export opens in
+/// ONNX Runtime with the CLI's probabilities.
+#[test]
+fn gui_trains_stops_evaluates_resumes_and_exports() {
+    if gpu().is_none() {
+        return; // the app renders through wgpu
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let mut app = app_in(dir.path(), app_worker(None));
+    let mut config = app.settings().config.clone();
+    config.train.memory_sample_every = 1;
+    app.apply(Command::SetConfig(Box::new(config)));
+    let mut harness = window(app, true);
     harness.get_by_label("Train").click();
-    step_until(&mut harness, "two training steps", |a| a.history.last_step >= 2);
+    step_until(&mut harness, "two training steps", |a| a.history().last_step >= 2);
     harness.get_by_label("Stop").click();
     step_until(&mut harness, "the stop", |a| !a.training());
-    let stopped_at = harness.state().history.last_step;
-    assert!(harness.state().status.contains("stopped"), "{}", harness.state().status);
-    assert_eq!(harness.state().history.loss.len(), stopped_at);
-    assert!(!harness.state().history.in_use_mib.is_empty(), "memory samples plotted");
-    snapshot(&mut harness, "training");
+    let stopped_at = harness.state().history().last_step;
+    assert!(harness.state().status().contains("stopped"), "{}", harness.state().status());
+    assert_eq!(harness.state().history().loss.len(), stopped_at);
+    assert!(!harness.state().history().in_use_mib.is_empty(), "memory samples plotted");
+    save_screenshot(&mut harness, "training");
     // Evaluation on demand: the stopped run's checkpoint on the validation data.
-    harness.state_mut().view = View::Evaluation;
+    harness.get_by_label("Evaluation").click();
+    harness.step(); // the click records the command, applied after this frame
     harness.step();
     harness.get_by_label("Evaluate latest checkpoint").click();
     harness.step();
-    assert!(harness.state().evaluating() || harness.state().evaluation.is_some());
+    assert!(harness.state().evaluating() || harness.state().evaluation().is_some());
     step_until(&mut harness, "the evaluation", |a| !a.evaluating());
-    let eval = harness.state().evaluation.clone().unwrap_or_else(|| panic!("{:?}", harness.state().error));
+    let eval = harness.state().evaluation().cloned().unwrap_or_else(|| panic!("{:?}", harness.state().error()));
     assert_eq!((eval.samples, eval.class_names.len()), (bundled().val.samples.len(), 10));
-    assert!(harness.state().status.contains("evaluated"), "{}", harness.state().status);
-    snapshot(&mut harness, "evaluation");
-    harness.state_mut().view = View::Training;
+    assert!(harness.state().status().contains("evaluated"), "{}", harness.state().status());
+    save_screenshot(&mut harness, "evaluation");
+    harness.get_by_label("Training").click();
+    harness.step();
+    assert_eq!(harness.state().view(), View::Training);
     // Resume continues the step count.
-    harness.state_mut().max_steps = Some(2);
+    harness.state_mut().options_mut().max_steps = Some(2);
     harness.get_by_label("Resume").click();
-    step_until(&mut harness, "the resumed run", |a| !a.training() && a.history.last_step > stopped_at);
-    let h = &harness.state().history;
+    step_until(&mut harness, "the resumed run", |a| !a.training() && a.history().last_step > stopped_at);
+    let h = harness.state().history();
     assert_eq!(h.loss[stopped_at][0] as usize, stopped_at + 1, "resume continues at the next step");
     assert_eq!(h.last_step, stopped_at + 2);
-    // Export, then drop images on the window.
+    // Export on the session; it opens in ONNX Runtime as the CLI's does.
     let export = dir.path().join("export");
-    harness.state().export_to(&export).unwrap();
-    // The app's export opens in ONNX Runtime as the CLI's does, with the same probabilities.
-    assert!(export.join("model.onnx").is_file());
+    harness.state_mut().apply(Command::Export(export.clone()));
+    step_until(&mut harness, "the export", |a| !a.busy());
+    assert!(harness.state().status().starts_with("exported"), "{}", harness.state().status());
+    assert!(export.join("model.onnx").is_file() && export.join("model.bpk").is_file());
     if let Some(python) = onnx_python() {
         let images = bundled_test_pngs(&dir.path().join("images"), 200);
         assert_eq!(ort_check(&python, &export, &images, &["--device", "cpu"])["images"], 200);
     }
-    harness.state_mut().predict.model_path = Some(export);
+}
+
+/// Images dropped on the window are predicted on the session with the chosen weights: top-5
+/// sorted, a file that is not an image gets its reason, and the view switches to Predict.
+#[test]
+fn gui_predicts_dropped_images_and_names_a_file_that_is_not_an_image() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = dir.path().join("cli-run");
+    let (ok, log) = cli_train(&dataset::bundled_dataset_dir(), &run, &["--epochs", "1", "--max-steps", "2"]);
+    assert!(ok, "{log}");
+    vramfit::export::export_run(&run, &run.join("export")).unwrap();
+    let mut app = app_in(dir.path(), app_worker(None));
+    app.apply(Command::SelectAdapter(None));
+    app.apply(Command::ChooseModel(run.join("export")));
+    let mut harness = window(app, false);
     harness.input_mut().dropped_files.push(std::sync::Arc::new(TestDrop(cases().join("C07/ok_baseline.jpg"))));
     harness.step();
-    harness.step();
-    assert_eq!(harness.state().view, View::Predict);
-    let top = harness.state().predict.predictions[0].result.as_ref().unwrap().clone();
+    step_until(&mut harness, "the prediction", |a| !a.busy() && !a.predictions().is_empty());
+    assert_eq!(harness.state().view(), View::Predict);
+    let top = harness.state().predictions()[0].result.as_ref().unwrap().clone();
     assert_eq!(top.len(), 5);
     assert!(top.windows(2).all(|w| w[0].probability >= w[1].probability));
     harness.get_by_label("ok_baseline.jpg");
     harness.input_mut().dropped_files.push(std::sync::Arc::new(TestDrop(cases().join("C08/text_renamed.jpg"))));
     harness.step();
-    harness.step();
-    assert!(harness.state().predict.predictions[0].result.is_err());
+    step_until(&mut harness, "the second prediction", |a| !a.busy() && a.predictions().len() == 2);
+    assert!(harness.state().predictions()[0].result.is_err());
     harness.get_by_label_contains("not an image");
-    snapshot(&mut harness, "predict");
+    // The same weights again: the same probabilities (the cached predictor).
+    harness.state_mut().apply(Command::Predict(vec![cases().join("C07/ok_baseline.jpg")]));
+    step_until(&mut harness, "the third prediction", |a| !a.busy() && a.predictions().len() == 3);
+    assert_eq!(harness.state().predictions()[0].result.as_ref().unwrap(), &top);
 }

@@ -153,6 +153,7 @@ fn eval_of_a_read_only_model_folder_succeeds_and_says_where_the_csv_went() {
         .current_dir(&cwd)
         .output()
         .unwrap();
+    #[allow(clippy::permissions_set_readonly_false)] // restores the temp folder's write bit for its removal
     perms.set_readonly(false);
     std::fs::set_permissions(&export, perms).unwrap();
     let log = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));

@@ -95,44 +95,71 @@ fn property_random_mixes_of_good_and_undecodable_files_train_or_are_refused_neve
     }
 }
 
+/// Every integer or float leaf of `v`, with its dotted key (`a.b[2]`).
+fn numeric_keys(prefix: &str, v: &toml::Value, out: &mut Vec<(String, toml::Value)>) {
+    match v {
+        toml::Value::Table(t) => {
+            for (k, v) in t {
+                let key = if prefix.is_empty() { k.clone() } else { format!("{prefix}.{k}") };
+                numeric_keys(&key, v, out);
+            }
+        }
+        toml::Value::Array(a) => {
+            for (i, v) in a.iter().enumerate() {
+                numeric_keys(&format!("{prefix}[{i}]"), v, out);
+            }
+        }
+        toml::Value::Integer(_) | toml::Value::Float(_) => out.push((prefix.to_string(), v.clone())),
+        _ => {}
+    }
+}
+/// The value at a dotted key (`a.b[2]`) of `root`.
+fn slot<'a>(root: &'a mut toml::Value, key: &str) -> &'a mut toml::Value {
+    let mut node = root;
+    for part in key.split('.') {
+        let (name, index) = match part.split_once('[') {
+            Some((n, i)) => (n, Some(i.trim_end_matches(']').parse::<usize>().unwrap())),
+            None => (part, None),
+        };
+        node = node.get_mut(name).unwrap();
+        if let Some(i) = index {
+            node = node.get_mut(i).unwrap();
+        }
+    }
+    node
+}
+
+/// A random value for a numeric key whose default is `default`: a special float, a random
+/// magnitude and sign, or a value near the default; integers mostly stay integers.
+fn random_value(rng: &mut rand::rngs::SmallRng, default: &toml::Value) -> toml::Value {
+    use rand::Rng;
+    let special = [0.0, -1.0, 1.0, f64::NAN, f64::INFINITY, f64::NEG_INFINITY, 1e-40, 1e40, 9.2e18, -9.2e18];
+    let x: f64 = match rng.random_range(0..3) {
+        0 => special[rng.random_range(0..special.len())],
+        1 => {
+            let sign = if rng.random_bool(0.3) { -1.0 } else { 1.0 };
+            sign * 10f64.powf(rng.random_range(-12.0..12.0))
+        }
+        _ => {
+            default.as_float().or(default.as_integer().map(|i| i as f64)).unwrap()
+                * 10f64.powf(rng.random_range(-1.0..1.0))
+        }
+    };
+    match default {
+        toml::Value::Integer(_) if x.is_finite() && x.abs() < 9.3e18 && rng.random_bool(0.8) => {
+            toml::Value::Integer(x.round() as i64)
+        }
+        _ => toml::Value::Float(x),
+    }
+}
+
 /// Every numeric key of the config (found by walking the quickstart preset, so a key added later
 /// is covered without editing this test), each with random values: special floats, extremes,
 /// random magnitudes and signs, and values near the default. Each config is either refused at
 /// load time with the key named, or trains 2 steps on the CPU with finite losses.
 #[test]
 fn property_random_values_for_every_numeric_config_key_are_refused_by_name_or_train() {
-    use rand::{Rng, SeedableRng};
-    fn numeric_keys(prefix: &str, v: &toml::Value, out: &mut Vec<(String, toml::Value)>) {
-        match v {
-            toml::Value::Table(t) => {
-                for (k, v) in t {
-                    let key = if prefix.is_empty() { k.clone() } else { format!("{prefix}.{k}") };
-                    numeric_keys(&key, v, out);
-                }
-            }
-            toml::Value::Array(a) => {
-                for (i, v) in a.iter().enumerate() {
-                    numeric_keys(&format!("{prefix}[{i}]"), v, out);
-                }
-            }
-            toml::Value::Integer(_) | toml::Value::Float(_) => out.push((prefix.to_string(), v.clone())),
-            _ => {}
-        }
-    }
-    fn slot<'a>(root: &'a mut toml::Value, key: &str) -> &'a mut toml::Value {
-        let mut node = root;
-        for part in key.split('.') {
-            let (name, index) = match part.split_once('[') {
-                Some((n, i)) => (n, Some(i.trim_end_matches(']').parse::<usize>().unwrap())),
-                None => (part, None),
-            };
-            node = node.get_mut(name).unwrap();
-            if let Some(i) = index {
-                node = node.get_mut(i).unwrap();
-            }
-        }
-        node
-    }
+    use rand::SeedableRng;
     let base = quickstart();
     let root: toml::Value = toml::from_str(&base.to_toml()).unwrap();
     let mut keys = Vec::new();
@@ -150,24 +177,7 @@ fn property_random_values_for_every_numeric_config_key_are_refused_by_name_or_tr
     let (mut refused, mut trained) = (0, 0);
     for (key, default) in &keys {
         for _ in 0..6 {
-            let special = [0.0, -1.0, 1.0, f64::NAN, f64::INFINITY, f64::NEG_INFINITY, 1e-40, 1e40, 9.2e18, -9.2e18];
-            let x: f64 = match rng.random_range(0..3) {
-                0 => special[rng.random_range(0..special.len())],
-                1 => {
-                    let sign = if rng.random_bool(0.3) { -1.0 } else { 1.0 };
-                    sign * 10f64.powf(rng.random_range(-12.0..12.0))
-                }
-                _ => {
-                    default.as_float().or(default.as_integer().map(|i| i as f64)).unwrap()
-                        * 10f64.powf(rng.random_range(-1.0..1.0))
-                }
-            };
-            let value = match default {
-                toml::Value::Integer(_) if x.is_finite() && x.abs() < 9.3e18 && rng.random_bool(0.8) => {
-                    toml::Value::Integer(x.round() as i64)
-                }
-                _ => toml::Value::Float(x),
-            };
+            let value = random_value(&mut rng, default);
             let mut doc = root.clone();
             *slot(&mut doc, key) = value.clone();
             let text = toml::to_string(&doc).unwrap();

@@ -177,13 +177,18 @@ impl egui::DroppedFile for TestDrop {
     }
 }
 
-fn snapshot(harness: &mut egui_kittest::Harness<'_, vramfit::gui::VramfitApp>, name: &str) {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/snapshots");
+/// Saves the window as `target/screenshots/NAME.png` for a person to look at (the compared
+/// snapshots are the setup panel's, in `tests/snapshots/`). Harnesses without wgpu save nothing.
+fn save_screenshot(harness: &mut egui_kittest::Harness<'_, vramfit::gui::VramfitApp>, name: &str) {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/screenshots");
     std::fs::create_dir_all(&dir).unwrap();
-    let img = harness.render().expect("rendering through wgpu (lavapipe in CI)");
-    img.save(dir.join(format!("{name}.png"))).unwrap();
+    if let Ok(img) = harness.render() {
+        img.save(dir.join(format!("{name}.png"))).unwrap();
+    }
 }
 
+/// Steps the app until `done`; after 600 s the test fails, leaving a screenshot named after
+/// what it waited for.
 fn step_until(
     harness: &mut egui_kittest::Harness<'_, vramfit::gui::VramfitApp>,
     what: &str,
@@ -191,7 +196,15 @@ fn step_until(
 ) {
     let start = std::time::Instant::now();
     while !done(harness.state()) {
-        assert!(start.elapsed().as_secs() < 600, "timed out waiting for {what}; status {}", harness.state().status);
+        if start.elapsed().as_secs() >= 600 {
+            let name = format!("timeout-{}", what.replace(|c: char| !c.is_ascii_alphanumeric(), "-"));
+            save_screenshot(harness, &name);
+            panic!(
+                "timed out waiting for {what}; status {}, error {:?}; screenshot target/screenshots/{name}.png",
+                harness.state().status(),
+                harness.state().error()
+            );
+        }
         harness.step();
         std::thread::sleep(std::time::Duration::from_millis(20));
     }

@@ -1,0 +1,320 @@
+//! What the user can do in the app. Panels record a [`Command`] when a widget is used; the
+//! app applies them after the frame ([`VramfitApp::apply`]), so drawing never starts work and
+//! tests drive the app the way its widgets do.
+
+use super::*;
+use crate::session::{Job, JobKind, JobOutput};
+use crate::worker_process::{TrainingSpec, WorkerJob};
+
+/// One user action.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Command {
+    /// Pick an adapter by index, or the CPU (`None`).
+    SelectAdapter(Option<usize>),
+    /// Pick the CPU backend used when no adapter is selected.
+    SelectCpuBackend(CpuBackend),
+    /// Use a dataset folder, or the bundled subset (`None`).
+    SetDataDir(Option<PathBuf>),
+    /// Apply a named preset (`configs/<name>.toml`) to the knobs.
+    SelectPreset(String),
+    /// Load a `configs/`-style TOML file into the knobs.
+    LoadPresetFile(PathBuf),
+    /// Save the knobs as a `configs/`-style TOML file.
+    SavePresetFile(PathBuf),
+    /// Replace the knobs' config (a slider, a checkbox); the preset becomes "custom".
+    SetConfig(Box<Config>),
+    /// Move the memory budget (bytes); a running job holds to it from its next memory sample.
+    SetBudget(u64),
+    /// Show a central view.
+    ShowView(View),
+    /// Start a new run.
+    Train,
+    /// Continue the last run from its newest checkpoint.
+    Resume,
+    /// Stop the run after its current step (it saves a checkpoint).
+    Stop,
+    /// Evaluate the last run's newest checkpoint on the validation data.
+    Evaluate,
+    /// Export the last run's newest checkpoint into a folder.
+    Export(PathBuf),
+    /// Use these weights (an export folder or weights file) for prediction.
+    ChooseModel(PathBuf),
+    /// Predict these image files.
+    Predict(Vec<PathBuf>),
+    /// Forget the predictions shown.
+    ClearPredictions,
+    /// Files dropped on the window: one dataset folder (or IDX file) becomes the dataset,
+    /// anything else is predicted.
+    Drop(Vec<PathBuf>),
+    /// Save the run's metrics as CSV.
+    SaveMetrics(PathBuf),
+}
+
+impl VramfitApp {
+    /// Applies one command (see [`Command`]); what fails is shown in the error line.
+    pub fn apply(&mut self, command: Command) {
+        match command {
+            Command::SelectAdapter(a) => self.settings.adapter = a,
+            Command::SelectCpuBackend(b) => self.settings.cpu_backend = b,
+            Command::SetDataDir(d) => self.settings.data_dir = d,
+            Command::SelectPreset(name) => match crate::presets::load_config(&name) {
+                Ok(c) => (self.settings.config, self.settings.preset) = (c, name),
+                Err(e) => self.error = Some(e.to_string()),
+            },
+            Command::LoadPresetFile(path) => match Config::load(&path) {
+                Ok(c) => (self.settings.preset, self.settings.config) = (c.name.clone(), c),
+                Err(e) => self.error = Some(e.to_string()),
+            },
+            Command::SavePresetFile(path) => self.save_preset_file(&path),
+            Command::SetConfig(c) => {
+                if *c != self.settings.config {
+                    self.settings.config = *c;
+                    self.settings.preset = "custom".into();
+                }
+            }
+            Command::SetBudget(bytes) => {
+                self.settings.config.memory.memory_budget_bytes = bytes;
+                self.settings.preset = "custom".into();
+                self.session.budget().set(bytes);
+            }
+            Command::ShowView(v) => self.view = v,
+            Command::Train => self.start_training(false),
+            Command::Resume => self.start_training(true),
+            Command::Stop => self.stop_training(),
+            Command::Evaluate => self.evaluate_now(),
+            Command::Export(dir) => self.export_to(dir),
+            Command::ChooseModel(path) => self.predict.model_path = Some(path),
+            Command::Predict(paths) => self.predict_files(paths),
+            Command::ClearPredictions => self.predict.clear(),
+            Command::Drop(paths) => self.handle_drop(paths),
+            Command::SaveMetrics(path) => {
+                if let Err(e) = crate::checkpoint::write_atomic(&path, self.history.to_csv().as_bytes()) {
+                    self.error = Some(e.to_string());
+                }
+            }
+        }
+        self.refresh();
+    }
+
+    /// Saves the knobs as a `configs/`-style TOML file (atomically).
+    fn save_preset_file(&mut self, path: &std::path::Path) {
+        let mut c = self.settings.config.clone();
+        c.name = path.file_stem().map_or("custom".into(), |s| s.to_string_lossy().to_string());
+        match crate::checkpoint::write_atomic(path, c.to_toml().as_bytes()) {
+            Ok(()) => self.status = format!("preset saved to {}", path.display()),
+            Err(e) => self.error = Some(e.to_string()),
+        }
+    }
+
+    /// Submits `job` to the session; false (with the error shown) when it cannot run.
+    fn submit(&mut self, job: Job) -> bool {
+        match self.session.submit(job) {
+            Ok(()) => true,
+            Err(e) => {
+                self.error = Some(e.to_string());
+                false
+            }
+        }
+    }
+
+    /// Starts training (or resumes the last run) in a worker process.
+    fn start_training(&mut self, resume: bool) {
+        if self.in_flight.training || self.in_flight.evaluating {
+            return;
+        }
+        // The data is checked here so a bad folder is named at once; the worker opens it again.
+        if let Err(e) = &self.data {
+            self.error = Some(format!("{e} (pick another dataset folder)"));
+            return;
+        }
+        let Some((out, config)) = self.run_to_start(resume) else { return };
+        let spec = TrainingSpec {
+            config,
+            data_dir: self.settings.data_dir.clone(),
+            device: self.device_choice(),
+            out_dir: out.clone(),
+            resume,
+            max_steps: self.options.max_steps.map(|m| m + self.history.last_step * usize::from(resume)),
+        };
+        if self.submit(Job::TrainInWorker(WorkerJob { spec, launch: self.options.worker.clone() })) {
+            self.in_flight.training = true;
+            self.last_run = Some(out);
+            self.error = None;
+            self.status = if resume { "resuming".into() } else { "training".into() };
+        }
+    }
+
+    /// The run folder and config to start: the last run's own config on resume, else a new
+    /// folder under `runs_dir` with the knobs' config.
+    fn run_to_start(&mut self, resume: bool) -> Option<(PathBuf, Config)> {
+        if !resume {
+            self.history = RunHistory::default();
+            return Some((crate::run_dir::new_run_dir(&self.options.runs_dir), self.settings.config.clone()));
+        }
+        let Some(run) = self.last_run.clone() else {
+            self.error = Some("nothing to resume: train first".into());
+            return None;
+        };
+        match crate::run_dir::load_config(&run) {
+            Ok((c, notes)) => {
+                self.history.log.extend(notes.into_iter().map(|n| format!("note: {n}")));
+                Some((run, c))
+            }
+            Err(e) => {
+                self.error = Some(e.to_string());
+                None
+            }
+        }
+    }
+
+    /// Asks the running job to stop (it saves a checkpoint).
+    fn stop_training(&mut self) {
+        if self.in_flight.training {
+            self.session.stop();
+            self.status = "stopping after this step".into();
+        }
+    }
+
+    /// Evaluates the last run's newest checkpoint on the validation data on the session; the
+    /// Evaluation view shows the result when it ends.
+    fn evaluate_now(&mut self) {
+        if self.in_flight.evaluating || self.in_flight.training {
+            return;
+        }
+        let Some(run) = self.last_run.clone() else {
+            self.error = Some("nothing to evaluate: train first".into());
+            return;
+        };
+        let fix = "pick the dataset the run was trained on";
+        let inputs = self.data.clone().map_err(|e| format!("{e} ({fix})")).and_then(|splits| {
+            device::select(self.device_choice()).map(|device| (splits, device)).map_err(|e| e.to_string())
+        });
+        let (splits, device) = match inputs {
+            Ok(i) => i,
+            Err(e) => {
+                self.error = Some(e);
+                return;
+            }
+        };
+        if self.submit(Job::Evaluate { run, data: splits.val, device }) {
+            self.in_flight.evaluating = true;
+            self.status = "evaluating the latest checkpoint".into();
+        }
+    }
+
+    /// Exports the last run's newest checkpoint into `dir` on the session.
+    fn export_to(&mut self, dir: PathBuf) {
+        let Some(run) = self.last_run.clone() else {
+            self.error = Some("nothing to export: train a model first".into());
+            return;
+        };
+        if self.submit(Job::Export { run, dir }) {
+            self.in_flight.exporting = true;
+            self.status = "exporting".into();
+        }
+    }
+
+    /// Predicts `paths` with the chosen weights (or the last run's export) on the session.
+    fn predict_files(&mut self, paths: Vec<PathBuf>) {
+        self.view = View::Predict;
+        let Some(model) = self.predict.model_dir(self.last_run.as_deref()) else {
+            self.predict.error = Some(
+                "no model yet: train one, or choose exported weights (.bpk / .safetensors with model.json)".into(),
+            );
+            return;
+        };
+        if self.submit(Job::Predict { model, paths, top_k: 5, device: self.device_choice() }) {
+            self.in_flight.predicting = true;
+        }
+    }
+
+    fn handle_drop(&mut self, paths: Vec<PathBuf>) {
+        let Some(first) = paths.first() else { return };
+        let is_dataset = first.is_dir()
+            || crate::idx::find_split(first.parent().unwrap_or(first), "train").is_some()
+                && !dataset::has_image_extension(first);
+        if is_dataset && paths.len() == 1 {
+            let dir = if first.is_dir() { first.clone() } else { first.parent().unwrap_or(first).to_path_buf() };
+            self.settings.data_dir = Some(dir);
+        } else {
+            self.predict_files(paths);
+        }
+    }
+
+    /// A session job ended: its result goes to the status line, the views or the error line.
+    pub(super) fn job_finished(&mut self, kind: JobKind, result: crate::Result<JobOutput>) {
+        match kind {
+            JobKind::TrainInWorker | JobKind::Train | JobKind::OverfitCheck => self.training_finished(result),
+            JobKind::Evaluate => {
+                self.in_flight.evaluating = false;
+                match result {
+                    Ok(JobOutput::Evaluated(r)) => {
+                        self.status = format!("evaluated: top-1 {:.2}% on {} images", r.top1 * 100.0, r.samples);
+                        self.evaluation = Some(*r);
+                    }
+                    other => self.job_failed("evaluation failed", other),
+                }
+            }
+            JobKind::Export => {
+                self.in_flight.exporting = false;
+                match result {
+                    Ok(JobOutput::Exported(files)) => {
+                        let dir = files.first().and_then(|f| f.parent()).map(|d| d.display().to_string());
+                        self.status = format!("exported {} files to {}", files.len(), dir.unwrap_or_default());
+                    }
+                    other => self.job_failed("export failed", other),
+                }
+            }
+            JobKind::Predict => {
+                self.in_flight.predicting = false;
+                match result {
+                    Ok(JobOutput::Predicted(files)) => self.predict.add_results(files),
+                    Ok(_) => {}
+                    Err(e) => self.predict.error = Some(e.to_string()),
+                }
+            }
+        }
+    }
+
+    fn job_failed(&mut self, status: &str, result: crate::Result<JobOutput>) {
+        self.status = status.into();
+        if let Err(e) = result {
+            self.error = Some(e.to_string());
+        }
+    }
+
+    fn training_finished(&mut self, result: crate::Result<JobOutput>) {
+        self.in_flight.training = false;
+        match result {
+            Ok(JobOutput::TrainedInWorker(end)) => {
+                self.status = match (&end.val, end.stopped) {
+                    (_, true) => format!("stopped at step {}; press Resume to continue", end.global_step),
+                    (Some(v), false) => {
+                        format!(
+                            "done: validation accuracy {:.1}% after {} epochs",
+                            v.top1 * 100.0,
+                            end.epochs_completed
+                        )
+                    }
+                    (None, false) => "done".into(),
+                };
+                if end.val.is_some() {
+                    self.evaluation = end.val.clone();
+                }
+                if let Some(dir) = &end.export_dir {
+                    self.predict.model_path = Some(dir.clone());
+                }
+            }
+            other => self.job_failed("failed", other),
+        }
+        let t = self.frame_times.while_training();
+        tracing::info!(
+            "frames while training: {}, p50 {:.1} ms, p95 {:.1} ms, longest {:.1} ms, {} over {FRAME_BUDGET_MS} ms",
+            t.frames,
+            t.p50_ms,
+            t.p95_ms,
+            t.max_ms,
+            t.over_budget
+        );
+    }
+}
