@@ -234,6 +234,41 @@ pub fn evaluate_run(
     evaluate(&model, Arc::new(data), pipe, &device.device, &settings)
 }
 
+/// Evaluates exported weights (an export folder or weights file, see
+/// [`crate::export::resolve_paths`]) on `data` with the export's own preprocessing, in batches
+/// of `batch_size`, f32.
+///
+/// # Errors
+/// [`Error::Dataset`] when `data`'s classes are not the model's; as [`crate::export::load`]
+/// and [`evaluate`].
+pub fn evaluate_export(
+    model: &std::path::Path,
+    data: Dataset,
+    device: &crate::device::SelectedDevice,
+    batch_size: usize,
+) -> Result<EvalResult> {
+    let loaded = crate::export::load(model, &device.device)?;
+    if data.class_names != loaded.metadata.class_names {
+        return Err(Error::Dataset {
+            path: model.into(),
+            message: format!(
+                "the dataset's classes {:?} differ from the model's {:?}",
+                data.class_names, loaded.metadata.class_names
+            ),
+        });
+    }
+    let config = loaded.metadata.inference_config();
+    let pipe = Arc::new(SamplePipeline::from_config(&config, false));
+    let settings = EvalSettings {
+        model: &loaded.metadata.model,
+        batch_size,
+        precision: Precision::F32,
+        workers: 0,
+        buffer_limit: device.buffer_limit(),
+    };
+    evaluate(&loaded.model, Arc::new(data), pipe, &device.device, &settings)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -278,15 +278,24 @@ pub fn resolve_paths(path: &Path) -> Result<(PathBuf, PathBuf)> {
     Ok((weights, meta))
 }
 
+/// Reads the `model.json` of exported weights (an export folder, a run folder or a weights
+/// file, as [`resolve_paths`]) without loading the weights.
+///
+/// # Errors
+/// [`Error::Io`] when it cannot be found, read or parsed.
+pub fn load_metadata(path: &Path) -> Result<ModelMetadata> {
+    let (_, meta_path) = resolve_paths(path)?;
+    let meta_bytes = std::fs::read(&meta_path).map_err(|e| Error::io(&meta_path, e))?;
+    serde_json::from_slice(&meta_bytes).map_err(|e| Error::io(&meta_path, format!("invalid metadata: {e}")))
+}
+
 /// Loads exported weights onto `device`.
 ///
 /// # Errors
 /// [`Error::Io`] for missing files, bad metadata, or weights that do not fit the metadata's model.
 pub fn load(path: &Path, device: &Device) -> Result<LoadedModel> {
-    let (weights_path, meta_path) = resolve_paths(path)?;
-    let meta_bytes = std::fs::read(&meta_path).map_err(|e| Error::io(&meta_path, e))?;
-    let metadata: ModelMetadata =
-        serde_json::from_slice(&meta_bytes).map_err(|e| Error::io(&meta_path, format!("invalid metadata: {e}")))?;
+    let (weights_path, _) = resolve_paths(path)?;
+    let metadata = load_metadata(path)?;
     let mut model = Classifier::new(&metadata.model, metadata.class_names.len(), device);
     let bytes = std::fs::read(&weights_path).map_err(|e| Error::io(&weights_path, e))?;
     let is_safetensors = weights_path.extension().is_some_and(|e| e.eq_ignore_ascii_case("safetensors"));

@@ -156,24 +156,6 @@ impl Predictor {
     pub fn load_image(&self, path: &Path) -> Result<RgbImage> {
         image_io::load_image(path, &self.pipeline.load)
     }
-
-    /// Predicts every file; each gets its own result so one bad file does not stop the others.
-    pub fn predict_files(&self, paths: &[PathBuf], k: usize) -> Vec<(PathBuf, Result<Vec<ClassProb>>)> {
-        paths
-            .iter()
-            .map(|p| {
-                let r = self.load_image(p).and_then(|img| {
-                    self.predict_image(&img, k).map_err(|e| match e {
-                        Error::Preprocess(m) => {
-                            Error::Image { path: p.clone(), fault: image_io::ImageFault::Unusable(m) }
-                        }
-                        other => other,
-                    })
-                });
-                (p.clone(), r)
-            })
-            .collect()
-    }
 }
 
 /// Softmax probabilities of `model` on `device` for preprocessed CHW images of one shape.

@@ -83,12 +83,25 @@ pub enum Job {
         /// The device.
         device: SelectedDevice,
     },
+    /// Evaluate exported weights (an export folder or weights file) on `data`.
+    EvaluateExport {
+        /// The export folder or weights file.
+        model: PathBuf,
+        /// Data with the model's classes.
+        data: Dataset,
+        /// The device.
+        device: SelectedDevice,
+        /// Images per batch.
+        batch_size: usize,
+    },
     /// Export the newest checkpoint of `run` into `dir` (.bpk, .safetensors, ONNX, model.json).
     Export {
         /// The run folder.
         run: PathBuf,
         /// The export folder.
         dir: PathBuf,
+        /// Which files, and the ONNX graph's input.
+        options: crate::export::ExportOptions,
     },
     /// The top `top_k` classes of each image file. The predictor (weights on the device) is
     /// loaded once per model and device and kept until its weights file changes.
@@ -101,6 +114,8 @@ pub enum Job {
         top_k: usize,
         /// The device.
         device: DeviceChoice,
+        /// Return a thumbnail of each image (the app shows them).
+        thumbnails: bool,
     },
 }
 
@@ -111,8 +126,8 @@ pub struct PredictedFile {
     pub path: PathBuf,
     /// The top classes, most probable first, or why the file was rejected.
     pub result: std::result::Result<Vec<ClassProb>, String>,
-    /// A one-line notice, e.g. that the image ran on the CPU because it does not fit the device.
-    pub notice: Option<String>,
+    /// One-line notices, e.g. that the image ran on the CPU because it does not fit the device.
+    pub notices: Vec<String>,
     /// The image at most [`THUMBNAIL_SIZE`] pixels on a side, when it decoded.
     pub thumbnail: Option<RgbImage>,
 }
@@ -126,7 +141,7 @@ pub enum JobOutput {
     TrainedInWorker(Box<RunEnd>),
     /// [`Job::OverfitCheck`].
     OverfitChecked(OverfitResult),
-    /// [`Job::Evaluate`].
+    /// [`Job::Evaluate`] and [`Job::EvaluateExport`].
     Evaluated(Box<EvalResult>),
     /// [`Job::Export`]: the files written.
     Exported(Vec<PathBuf>),
@@ -143,7 +158,7 @@ pub enum JobKind {
     TrainInWorker,
     /// [`Job::OverfitCheck`].
     OverfitCheck,
-    /// [`Job::Evaluate`].
+    /// [`Job::Evaluate`] and [`Job::EvaluateExport`].
     Evaluate,
     /// [`Job::Export`].
     Export,
@@ -158,7 +173,7 @@ impl Job {
             Job::Train { .. } => JobKind::Train,
             Job::TrainInWorker(_) => JobKind::TrainInWorker,
             Job::OverfitCheck { .. } => JobKind::OverfitCheck,
-            Job::Evaluate { .. } => JobKind::Evaluate,
+            Job::Evaluate { .. } | Job::EvaluateExport { .. } => JobKind::Evaluate,
             Job::Export { .. } => JobKind::Export,
             Job::Predict { .. } => JobKind::Predict,
         }
@@ -443,10 +458,17 @@ impl Engine {
             Job::Evaluate { run, data, device } => {
                 Ok(JobOutput::Evaluated(Box::new(crate::eval::evaluate_run(&run, data, &device)?)))
             }
-            Job::Export { run, dir } => Ok(JobOutput::Exported(crate::export::export_run(&run, &dir)?)),
-            Job::Predict { model, paths, top_k, device } => {
+            Job::EvaluateExport { model, data, device, batch_size } => {
+                let r = crate::eval::evaluate_export(&model, data, &device, batch_size)?;
+                Ok(JobOutput::Evaluated(Box::new(r)))
+            }
+            Job::Export { run, dir, options } => {
+                Ok(JobOutput::Exported(crate::export::export_run_with(&run, &dir, &options)?))
+            }
+            Job::Predict { model, paths, top_k, device, thumbnails } => {
                 let predictor = self.predictor_for(model, device)?;
-                Ok(JobOutput::Predicted(paths.into_iter().map(|p| predict_file(predictor, p, top_k)).collect()))
+                let files = paths.into_iter().map(|p| predict_file(predictor, p, top_k, thumbnails)).collect();
+                Ok(JobOutput::Predicted(files))
             }
         }
     }
@@ -473,13 +495,27 @@ impl Engine {
     }
 }
 
-/// Decodes, predicts and thumbnails one file; a bad file gets its reason, not an error.
-fn predict_file(predictor: &Predictor, path: PathBuf, top_k: usize) -> PredictedFile {
+/// Decodes, predicts and (when asked) thumbnails one file; a bad file gets its reason, not an
+/// error.
+fn predict_file(predictor: &Predictor, path: PathBuf, top_k: usize, thumbnails: bool) -> PredictedFile {
     let loaded = predictor.load_image(&path);
-    let thumbnail = loaded.as_ref().ok().map(|img| image::imageops::thumbnail(img, THUMBNAIL_SIZE, THUMBNAIL_SIZE));
-    let result = loaded.and_then(|img| predictor.predict_image(&img, top_k)).map_err(|e| e.to_string());
-    let notice = predictor.take_notices().pop();
-    PredictedFile { path, result, notice, thumbnail }
+    let thumbnail = loaded
+        .as_ref()
+        .ok()
+        .filter(|_| thumbnails)
+        .map(|img| image::imageops::thumbnail(img, THUMBNAIL_SIZE, THUMBNAIL_SIZE));
+    let result = loaded
+        .and_then(|img| {
+            predictor.predict_image(&img, top_k).map_err(|e| match e {
+                // The file is named: a preprocess failure is this image's fault.
+                Error::Preprocess(m) => {
+                    Error::Image { path: path.clone(), fault: crate::image_io::ImageFault::Unusable(m) }
+                }
+                other => other,
+            })
+        })
+        .map_err(|e| e.to_string());
+    PredictedFile { path, result, notices: predictor.take_notices(), thumbnail }
 }
 
 #[cfg(test)]
@@ -521,9 +557,13 @@ mod tests {
         let session = Session::start(|| {}).unwrap();
         let dir = tempfile::tempdir().unwrap();
         // Exporting a run that does not exist is an error, not a panic; the session lives on.
-        let err = session.run(Job::Export { run: dir.path().join("none"), dir: dir.path().join("x") }, &mut |_| {});
-        assert!(err.is_err());
-        let again = session.run(Job::Export { run: dir.path().join("none"), dir: dir.path().join("x") }, &mut |_| {});
+        let export = || Job::Export {
+            run: dir.path().join("none"),
+            dir: dir.path().join("x"),
+            options: crate::export::ExportOptions::default(),
+        };
+        assert!(session.run(export(), &mut |_| {}).is_err());
+        let again = session.run(export(), &mut |_| {});
         assert!(again.unwrap_err().to_string().contains("none"));
         assert!(!session.busy());
     }

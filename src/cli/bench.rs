@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use anyhow::{Context, bail};
+use anyhow::Context;
 use clap::Args;
 
 use super::DeviceArgs;
@@ -86,7 +86,7 @@ pub struct BenchArgs {
     json: Option<PathBuf>,
 }
 
-pub fn bench(args: BenchArgs) -> anyhow::Result<ExitCode> {
+pub fn bench(args: BenchArgs, app: super::App) -> anyhow::Result<ExitCode> {
     let rows_json = match args.what.as_str() {
         "train" => {
             let names = if args.configs.is_empty() {
@@ -114,7 +114,11 @@ pub fn bench(args: BenchArgs) -> anyhow::Result<ExitCode> {
             println!("{}", crate::loader_bench::table(&rows));
             serde_json::to_string_pretty(&rows)?
         }
-        "ui" => bench_ui(args.seconds)?,
+        "ui" => {
+            let (table, json) = (app.bench_ui)(args.seconds)?;
+            println!("{table}");
+            json
+        }
         _ => match bench_memory(&args)? {
             Some(json) => json,
             None => return Ok(ExitCode::SUCCESS),
@@ -167,28 +171,6 @@ fn memory_cell_in_child(
             row
         }
     }
-}
-
-/// `bench ui`: frame times while the app trains; the JSON of the result.
-fn bench_ui(seconds: f64) -> anyhow::Result<String> {
-    let r = crate::gui::bench_ui(seconds)?;
-    if let Some(e) = &r.error {
-        bail!("training did not run: {e}");
-    }
-    let t = &r.training;
-    println!(
-        "{}; quickstart; {:.0} s of training, {} optimizer steps\n\n| frames while training | p50 ms | p95 ms | longest ms | over {} ms |\n|---|---|---|---|---|\n| {} | {:.1} | {:.1} | {:.1} | {} |",
-        r.device,
-        seconds,
-        r.steps,
-        crate::gui::FRAME_BUDGET_MS,
-        t.frames,
-        t.p50_ms,
-        t.p95_ms,
-        t.max_ms,
-        t.over_budget
-    );
-    Ok(serde_json::to_string_pretty(&r)?)
 }
 
 /// `bench memory`: one `--cell` (its row as one JSON line, `None` returned), or a grid in this

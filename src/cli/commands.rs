@@ -13,6 +13,7 @@ use crate::dataset::{self, ScanOptions, Splits};
 use crate::device::{self, SelectedDevice};
 use crate::memory::{self, human_bytes};
 use crate::model::{self, LayerKind};
+use crate::session::{Job, JobOutput, Session};
 
 /// Opens `--data` (or the bundled subset) with the config's split settings.
 pub(super) fn open_data(data: Option<&PathBuf>, config: &Config, allow_empty: bool) -> anyhow::Result<Splits> {
@@ -67,22 +68,14 @@ pub struct EvalArgs {
 
 pub fn eval(args: EvalArgs) -> anyhow::Result<ExitCode> {
     let device = select_device(&args.device)?;
-    let loaded = crate::export::load(&args.model, &device.device)?;
-    let config = loaded.metadata.inference_config();
+    let config = crate::export::load_metadata(&args.model)?.inference_config();
     let splits = open_data(args.data.as_ref(), &config, args.allow_empty_classes)?;
-    let ds = if args.train_split { splits.train } else { splits.val };
-    if ds.class_names != loaded.metadata.class_names {
-        bail!("the dataset's classes {:?} differ from the model's {:?}", ds.class_names, loaded.metadata.class_names);
-    }
-    let pipe = std::sync::Arc::new(crate::loader::SamplePipeline::from_config(&config, false));
-    let settings = crate::eval::EvalSettings {
-        model: &loaded.metadata.model,
-        batch_size: args.batch_size,
-        precision: crate::config::Precision::F32,
-        workers: 0,
-        buffer_limit: device.buffer_limit(),
+    let data = if args.train_split { splits.train } else { splits.val };
+    let job =
+        Job::EvaluateExport { model: args.model.clone(), data, device: device.clone(), batch_size: args.batch_size };
+    let JobOutput::Evaluated(r) = Session::start(|| {})?.run(job, &mut |_| {})? else {
+        bail!("the engine returned another job's output")
     };
-    let r = crate::eval::evaluate(&loaded.model, std::sync::Arc::new(ds), pipe, &device.device, &settings)?;
     if r.samples == 0 {
         bail!(
             "no image of {} could be evaluated ({} files skipped: decoding or size): there is nothing to measure",
@@ -144,15 +137,18 @@ pub struct PredictArgs {
 }
 
 pub fn predict(args: PredictArgs) -> anyhow::Result<ExitCode> {
-    let device = select_device(&args.device)?;
-    let predictor =
-        crate::infer::Predictor::load(&args.model, device.device.clone())?.with_buffer_limit(device.buffer_limit());
+    let choice = args.device.choice();
     let files = crate::infer::expand_inputs(&args.inputs);
     if files.is_empty() {
         bail!("no image files in {:?}", args.inputs);
     }
+    let job =
+        Job::Predict { model: args.model.clone(), paths: files, top_k: args.top_k, device: choice, thumbnails: false };
+    let JobOutput::Predicted(predicted) = Session::start(|| {})?.run(job, &mut |_| {})? else {
+        bail!("the engine returned another job's output")
+    };
     let mut failures = 0;
-    for (path, result) in predictor.predict_files(&files, args.top_k) {
+    for crate::session::PredictedFile { path, result, notices, .. } in &predicted {
         match result {
             // A path that is not UTF-8 is written lossily (U+FFFD for the bad bytes), never a panic.
             Ok(top) if args.json => {
@@ -168,11 +164,11 @@ pub fn predict(args: PredictArgs) -> anyhow::Result<ExitCode> {
                 eprintln!("error: {e}");
             }
         }
-        for notice in predictor.take_notices() {
+        for notice in notices {
             eprintln!("note: {}: {notice}", path.display());
         }
     }
-    Ok(if failures == files.len() { ExitCode::FAILURE } else { ExitCode::SUCCESS })
+    Ok(if failures == predicted.len() { ExitCode::FAILURE } else { ExitCode::SUCCESS })
 }
 
 /// `vramfit plan`: exit status 0 when the configuration fits its budget, 2 when it does not.
@@ -361,7 +357,11 @@ pub fn export(args: ExportArgs) -> anyhow::Result<ExitCode> {
             eprintln!("warning: passed over a damaged checkpoint: {reason}");
         }
     }
-    for f in crate::export::export_run_with(&args.run, &out, &options)? {
+    let job = Job::Export { run: args.run.clone(), dir: out, options };
+    let JobOutput::Exported(files) = Session::start(|| {})?.run(job, &mut |_| {})? else {
+        bail!("the engine returned another job's output")
+    };
+    for f in files {
         println!("wrote {}", f.display());
     }
     Ok(ExitCode::SUCCESS)

@@ -202,8 +202,19 @@ impl DeviceArgs {
 
 pub use crate::run_dir::default_run_dir;
 
-/// Entry point of the `vramfit` binary.
-pub fn main() -> ExitCode {
+/// The desktop app as the command line sees it. The binary passes [`crate::gui`]'s functions
+/// (`src/main.rs`), so the CLI and the app both import the engine and never each other.
+#[derive(Clone, Copy)]
+pub struct App {
+    /// Opens the window (`vramfit` with no command).
+    pub open: fn() -> anyhow::Result<()>,
+    /// `vramfit bench ui`: trains for the seconds given with the window open; returns the
+    /// report (a Markdown table) and its JSON.
+    pub bench_ui: fn(f64) -> anyhow::Result<(String, String)>,
+}
+
+/// Entry point of the `vramfit` binary; `app` is the desktop app.
+pub fn main(app: App) -> ExitCode {
     let cli = Cli::parse();
     install_panic_hook();
     let _ = tracing_subscriber::fmt()
@@ -211,7 +222,7 @@ pub fn main() -> ExitCode {
         .with_writer(std::io::stderr)
         .try_init();
     let Some(command) = cli.command else {
-        return match crate::gui::run() {
+        return match (app.open)() {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
                 eprintln!("error: {e}");
@@ -228,7 +239,7 @@ pub fn main() -> ExitCode {
         Command::Plan(a) => commands::plan(a),
         Command::Devices => commands::devices(),
         Command::Export(a) => commands::export(a),
-        Command::Bench(a) => bench::bench(a),
+        Command::Bench(a) => bench::bench(a, app),
         Command::Info(a) => commands::info(a),
         Command::CheckData(a) => commands::check_data(a),
     });

@@ -208,7 +208,7 @@ impl VramfitApp {
             self.error = Some("nothing to export: train a model first".into());
             return;
         };
-        if self.submit(Job::Export { run, dir }) {
+        if self.submit(Job::Export { run, dir, options: crate::export::ExportOptions::default() }) {
             self.in_flight.exporting = true;
             self.status = "exporting".into();
         }
@@ -223,7 +223,8 @@ impl VramfitApp {
             );
             return;
         };
-        if self.submit(Job::Predict { model, paths, top_k: 5, device: self.device_choice() }) {
+        let job = Job::Predict { model, paths, top_k: 5, device: self.device_choice(), thumbnails: true };
+        if self.submit(job) {
             self.in_flight.predicting = true;
         }
     }

@@ -38,7 +38,7 @@ pub use frame_time::{FRAME_BUDGET_MS, FrameSummary, FrameTimes};
 pub use history::RunHistory;
 pub use predict::{PredictView, Prediction};
 use ui_bench::UiBench;
-pub use ui_bench::{UiBenchResult, bench_ui};
+pub use ui_bench::{UiBenchResult, bench_ui, bench_ui_report};
 
 /// Settings kept between launches (eframe persistence).
 #[derive(Clone, Debug, Serialize, Deserialize)]

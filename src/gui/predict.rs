@@ -50,11 +50,13 @@ impl PredictView {
     /// Shows a finished prediction job's results (newest first).
     pub(super) fn add_results(&mut self, files: Vec<PredictedFile>) {
         self.error = None;
-        for f in files {
+        for mut f in files {
             let thumbnail =
                 f.thumbnail.map(|t| egui::ColorImage::from_rgb([t.width() as usize, t.height() as usize], t.as_raw()));
-            self.predictions
-                .insert(0, Prediction { path: f.path, result: f.result, notice: f.notice, thumbnail, texture: None });
+            self.predictions.insert(
+                0,
+                Prediction { path: f.path, result: f.result, notice: f.notices.pop(), thumbnail, texture: None },
+            );
         }
     }
 

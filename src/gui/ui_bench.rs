@@ -82,3 +82,21 @@ pub fn bench_ui(seconds: f64) -> anyhow::Result<UiBenchResult> {
     let r = result.lock().map_err(|_| anyhow::anyhow!("the app thread panicked"))?.take();
     r.ok_or_else(|| anyhow::anyhow!("the window closed before the benchmark ended"))
 }
+
+/// [`bench_ui`] as `vramfit bench ui` prints it: a Markdown table of the frame times, and the
+/// result's JSON.
+///
+/// # Errors
+/// As [`bench_ui`]; also when training did not run.
+pub fn bench_ui_report(seconds: f64) -> anyhow::Result<(String, String)> {
+    let r = bench_ui(seconds)?;
+    if let Some(e) = &r.error {
+        anyhow::bail!("training did not run: {e}");
+    }
+    let t = &r.training;
+    let table = format!(
+        "{}; quickstart; {seconds:.0} s of training, {} optimizer steps\n\n| frames while training | p50 ms | p95 ms | longest ms | over {FRAME_BUDGET_MS} ms |\n|---|---|---|---|---|\n| {} | {:.1} | {:.1} | {:.1} | {} |",
+        r.device, r.steps, t.frames, t.p50_ms, t.p95_ms, t.max_ms, t.over_budget
+    );
+    Ok((table, serde_json::to_string_pretty(&r)?))
+}
