@@ -27,7 +27,7 @@ pub enum Error {
         /// The image file.
         path: PathBuf,
         /// Why it was rejected.
-        fault: crate::image_io::ImageFault,
+        fault: ImageFault,
     },
     /// An IDX (MNIST format) file that is malformed.
     #[error("IDX file {}: {message}", path.display())]
@@ -74,6 +74,82 @@ pub enum Error {
     /// The run was stopped by the user; the last checkpoint is intact.
     #[error("stopped by the user")]
     Stopped,
+}
+
+/// Why one image file was rejected: the typed reason inside [`Error::Image`]. `check-data`
+/// groups skipped files by [`ImageFault::kind`].
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ImageFault {
+    /// The file could not be read (permissions, vanished, a folder).
+    #[error("cannot read: {0}")]
+    Unreadable(String),
+    /// The file has no bytes.
+    #[error("empty file (0 bytes)")]
+    Empty,
+    /// A HEIF/HEIC/AVIF container, which no decoder here reads.
+    #[error("HEIF/HEIC image (brand `{brand}`) is not supported; convert it to JPEG or PNG")]
+    Heif {
+        /// The `ftyp` brand, e.g. `heic`.
+        brand: String,
+    },
+    /// Text, or bytes that match no supported format.
+    #[error("not an image: {0}")]
+    NotAnImage(&'static str),
+    /// The header cannot be parsed.
+    #[error("unreadable {format} header: {message}")]
+    BadHeader {
+        /// The format the content was recognised as.
+        format: String,
+        /// The decoder's reason.
+        message: String,
+    },
+    /// Width x height over `data.max_image_pixels`, checked before decoding.
+    #[error(
+        "{width}x{height} is {:.1} megapixels, over the cap of {:.1} (data.max_image_pixels); \
+         downscale the file or raise the cap",
+        *width as f64 * *height as f64 / 1e6,
+        *max_pixels as f64 / 1e6
+    )]
+    OverPixelCap {
+        /// Width in pixels.
+        width: u32,
+        /// Height in pixels.
+        height: u32,
+        /// The cap, in pixels.
+        max_pixels: u64,
+    },
+    /// A JPEG whose data ends early (see [`crate::image_io::decode_image`]'s rule 5).
+    #[error("truncated or corrupt JPEG ({0}); the decoder would invent the missing rows")]
+    TruncatedJpeg(String),
+    /// Decoded, but the preprocess geometry cannot use it (e.g. smaller than the crop).
+    #[error("{0} (data.preprocess)")]
+    Unusable(String),
+    /// The decoder failed on the pixel data.
+    #[error("cannot decode {format}: {message}")]
+    Corrupt {
+        /// The format the content was recognised as.
+        format: String,
+        /// The decoder's reason.
+        message: String,
+    },
+}
+
+impl ImageFault {
+    /// A short label of the kind of fault, the same for every file with that fault (what
+    /// `check-data` groups skipped files by).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            ImageFault::Unreadable(_) => "cannot read",
+            ImageFault::Empty => "empty file",
+            ImageFault::Heif { .. } => "HEIF/HEIC not supported",
+            ImageFault::NotAnImage(_) => "not an image",
+            ImageFault::BadHeader { .. } => "unreadable header",
+            ImageFault::OverPixelCap { .. } => "over data.max_image_pixels",
+            ImageFault::TruncatedJpeg(_) => "truncated or corrupt JPEG",
+            ImageFault::Corrupt { .. } => "cannot decode",
+            ImageFault::Unusable(_) => "unusable with data.preprocess",
+        }
+    }
 }
 
 impl Error {

@@ -7,6 +7,7 @@
 //! live at the edges ([`image_io::load_image`], [`loader`], [`checkpoint`], [`export`]).
 #![deny(missing_docs)]
 
+pub mod atomic_file;
 pub mod augment;
 pub mod bench;
 pub mod check_data;
@@ -28,6 +29,7 @@ pub mod loader;
 pub mod loader_bench;
 pub mod memory;
 pub mod memory_bench;
+pub mod metadata;
 pub mod model;
 pub mod onnx;
 pub mod precision;

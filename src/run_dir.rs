@@ -102,7 +102,7 @@ pub fn write_manifest(run: &Path) -> Result<()> {
         created_by: env!("CARGO_PKG_VERSION").into(),
     };
     let text = serde_json::to_string_pretty(&manifest).map_err(|e| Error::io(&path, e))?;
-    crate::checkpoint::write_atomic(&path, text.as_bytes())
+    crate::atomic_file::write_atomic(&path, text.as_bytes())
 }
 
 /// Checks that this vramfit can read the run folder `run`. Returns a note for a folder made
@@ -217,7 +217,7 @@ pub fn preserve_foreign_config(run: &Path) -> Result<Option<std::path::PathBuf>>
         return Ok(None);
     }
     let copy = run.join("config.previous.toml");
-    crate::checkpoint::write_atomic(&copy, text.as_bytes())?;
+    crate::atomic_file::write_atomic(&copy, text.as_bytes())?;
     Ok(Some(copy))
 }
 

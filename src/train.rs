@@ -114,7 +114,7 @@ fn truncate_csv(path: &Path, keep: impl Fn(usize) -> bool) -> Result<usize> {
         }
     }
     if dropped > 0 {
-        checkpoint::write_atomic(path, out.as_bytes())?;
+        crate::atomic_file::write_atomic(path, out.as_bytes())?;
     }
     Ok(dropped)
 }
@@ -148,7 +148,33 @@ pub fn train(
     sink: EventSink,
     stop: &StopSignal,
 ) -> Result<TrainSummary> {
-    let summary = train_run(req, device, splits, sink, stop)?;
+    let started = Instant::now();
+    let (mut run, _lock) = prepare(req, device, splits, sink)?;
+    let summary = match nothing_to_train(req, &run) {
+        Some(why) => {
+            // Nothing to train: leave the run's export as it is.
+            sink(Event::Warning(format!("nothing to train: {why}")));
+            run.summary.stopped = run.trainer.state.epoch < run.config.train.epochs;
+            run.summary.wall_secs = started.elapsed().as_secs_f64();
+            run.summary
+        }
+        None => {
+            let data = EpochData::new(splits, &run.config);
+            while run.trainer.state.epoch < run.config.train.epochs {
+                let epoch_start = Instant::now();
+                let totals = run.train_epoch(&data, sink, stop)?;
+                if run.summary.stopped {
+                    break;
+                }
+                run.end_epoch(&data, &totals, epoch_start, sink)?;
+                if stop.is_set() && run.trainer.state.epoch < run.config.train.epochs {
+                    run.summary.stopped = true;
+                    break;
+                }
+            }
+            run.finish(started)?
+        }
+    };
     sink(Event::Finished(RunEnd {
         stopped: summary.stopped,
         global_step: summary.global_step,
@@ -159,20 +185,21 @@ pub fn train(
     Ok(summary)
 }
 
-fn train_run(
-    req: &TrainRequest,
-    device: &SelectedDevice,
-    splits: &Splits,
+/// Phases 1 to 3: data and precision checked, memory planned, the run folder locked (the
+/// returned guard holds the lock), resumed from its checkpoint when asked, its config and
+/// manifest written, and [`Event::Started`] sent.
+fn prepare<'a>(
+    req: &'a TrainRequest,
+    device: &'a SelectedDevice,
+    splits: &'a Splits,
     sink: EventSink,
-    stop: &StopSignal,
-) -> Result<TrainSummary> {
-    let started = Instant::now();
+) -> Result<(Run<'a>, checkpoint::RunLock)> {
     let out = &req.out_dir;
     std::fs::create_dir_all(out).map_err(|e| Error::io(out, e))?;
     let (config, precision) = check_data_and_precision(req, device, splits, sink)?;
     let config = plan_memory(req, device, splits, config, sink)?;
     let mut run = Run::new(req, device, splits, config, precision);
-    let _lock = open_run_folder(req, sink)?;
+    let lock = open_run_folder(req, sink)?;
     if req.resume {
         run.resume(sink)?;
         if let Some(copy) = run_dir::preserve_foreign_config(out)? {
@@ -184,7 +211,7 @@ fn train_run(
     }
     run_dir::write_manifest(out)?;
     // On resume this records the overrides that were applied (epochs, batch size, budget, ...).
-    checkpoint::write_atomic(&out.join(run_dir::CONFIG), run.config.to_toml().as_bytes())?;
+    crate::atomic_file::write_atomic(&out.join(run_dir::CONFIG), run.config.to_toml().as_bytes())?;
     sink(Event::Started {
         device: device.name.clone(),
         out_dir: out.clone(),
@@ -194,39 +221,26 @@ fn train_run(
         samples: (splits.train.samples.len(), splits.val.samples.len()),
         predicted_peak_bytes: run.estimate.total,
     });
+    Ok((run, lock))
+}
+
+/// Why a resumed run has nothing to train (its epochs or `--max-steps` are done), if so.
+fn nothing_to_train(req: &TrainRequest, run: &Run<'_>) -> Option<String> {
     let state = &run.trainer.state;
     let already_done = state.epoch >= run.config.train.epochs || req.max_steps.is_some_and(|m| state.global_step >= m);
-    if req.resume && already_done {
-        // Nothing to train: leave the run's export as it is.
-        let why = match req.max_steps {
-            Some(m) if state.epoch < run.config.train.epochs => format!(
-                "the run is at step {} and --max-steps {m} counts steps over the whole run; pass a larger --max-steps",
-                state.global_step
-            ),
-            _ => format!(
-                "the run has done {} of {} epochs ({} steps); pass --epochs N (N > {}) to extend it",
-                state.epoch, run.config.train.epochs, state.global_step, state.epoch
-            ),
-        };
-        sink(Event::Warning(format!("nothing to train: {why}")));
-        run.summary.stopped = state.epoch < run.config.train.epochs;
-        run.summary.wall_secs = started.elapsed().as_secs_f64();
-        return Ok(run.summary);
+    if !req.resume || !already_done {
+        return None;
     }
-    let data = EpochData::new(splits, &run.config);
-    while run.trainer.state.epoch < run.config.train.epochs {
-        let epoch_start = Instant::now();
-        let totals = run.train_epoch(&data, sink, stop)?;
-        if run.summary.stopped {
-            break;
-        }
-        run.end_epoch(&data, &totals, epoch_start, sink)?;
-        if stop.is_set() && run.trainer.state.epoch < run.config.train.epochs {
-            run.summary.stopped = true;
-            break;
-        }
-    }
-    run.finish(started)
+    Some(match req.max_steps {
+        Some(m) if state.epoch < run.config.train.epochs => format!(
+            "the run is at step {} and --max-steps {m} counts steps over the whole run; pass a larger --max-steps",
+            state.global_step
+        ),
+        _ => format!(
+            "the run has done {} of {} epochs ({} steps); pass --epochs N (N > {}) to extend it",
+            state.epoch, run.config.train.epochs, state.global_step, state.epoch
+        ),
+    })
 }
 
 /// Phase 1: the data can train (warnings sent), and the precision the device can compute in.

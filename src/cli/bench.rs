@@ -125,7 +125,7 @@ pub fn bench(args: BenchArgs, app: super::App) -> anyhow::Result<ExitCode> {
         },
     };
     if let Some(path) = args.json {
-        crate::checkpoint::write_atomic(&path, rows_json.as_bytes())?;
+        crate::atomic_file::write_atomic(&path, rows_json.as_bytes())?;
     }
     Ok(ExitCode::SUCCESS)
 }

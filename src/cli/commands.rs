@@ -104,7 +104,7 @@ pub fn eval(args: EvalArgs) -> anyhow::Result<ExitCode> {
     // The CSV goes to --csv or the working directory, never beside the model (which may be
     // read-only); the evaluation succeeded either way, so failing to write it is a warning.
     let csv = args.csv.unwrap_or_else(|| PathBuf::from("confusion.csv"));
-    match crate::checkpoint::write_atomic(&csv, r.confusion_csv().as_bytes()) {
+    match crate::atomic_file::write_atomic(&csv, r.confusion_csv().as_bytes()) {
         Ok(()) => println!("\nconfusion matrix written to {}", csv.display()),
         Err(e) => eprintln!("warning: the confusion matrix was not saved ({e}); choose a writable file with --csv"),
     }

@@ -1,5 +1,5 @@
 //! The command line: parses arguments, builds engine inputs, runs the engine on its own thread
-//! and renders its events (see [`render`]). Nothing here is used by the engine.
+//! and renders its events (see the `render` module). Nothing here is used by the engine.
 
 mod bench;
 mod commands;

@@ -161,7 +161,7 @@ fn data_folder(args: &TrainArgs, out: &Path) -> anyhow::Result<Option<PathBuf>> 
     if !args.resume && !args.overfit_check {
         let path = data.clone().map_or_else(dataset::bundled_dataset_dir, |d| d.canonicalize().unwrap_or(d));
         std::fs::create_dir_all(out).with_context(|| format!("cannot create the run folder {}", out.display()))?;
-        crate::checkpoint::write_atomic(&data_note, format!("{}\n", path.display()).as_bytes())?;
+        crate::atomic_file::write_atomic(&data_note, format!("{}\n", path.display()).as_bytes())?;
     }
     Ok(data)
 }

@@ -88,7 +88,7 @@ impl VramfitApp {
             Command::ClearPredictions => self.predict.clear(),
             Command::Drop(paths) => self.handle_drop(paths),
             Command::SaveMetrics(path) => {
-                if let Err(e) = crate::checkpoint::write_atomic(&path, self.history.to_csv().as_bytes()) {
+                if let Err(e) = crate::atomic_file::write_atomic(&path, self.history.to_csv().as_bytes()) {
                     self.error = Some(e.to_string());
                 }
             }
@@ -100,7 +100,7 @@ impl VramfitApp {
     fn save_preset_file(&mut self, path: &std::path::Path) {
         let mut c = self.settings.config.clone();
         c.name = path.file_stem().map_or("custom".into(), |s| s.to_string_lossy().to_string());
-        match crate::checkpoint::write_atomic(path, c.to_toml().as_bytes()) {
+        match crate::atomic_file::write_atomic(path, c.to_toml().as_bytes()) {
             Ok(()) => self.status = format!("preset saved to {}", path.display()),
             Err(e) => self.error = Some(e.to_string()),
         }

@@ -1,10 +1,10 @@
 //! The desktop app: setup with a live memory estimate, Train / Stop / Resume, live plots,
 //! evaluation, drag-and-drop prediction and export. A thin client of one engine
 //! [`Session`]: panels record [`Command`]s while they draw, the app applies them after the
-//! frame ([`command`]), and every job (training in a worker process, evaluation, export,
+//! frame (the `command` module), and every job (training in a worker process, evaluation, export,
 //! prediction) runs on the session, never on the UI thread.
 //!
-//! Files, by what the user sees: this file holds the app state and the frame; [`command`] what
+//! Files, by what the user sees: this file holds the app state and the frame; `command` what
 //! the user can do; `setup` the setup panel; `estimate` the memory estimate; `plots` the live
 //! plots; `status` the status bar; `evaluation` and `predict` the two other views; `ui_bench`
 //! the frame-time benchmark (outside the app state).
