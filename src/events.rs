@@ -26,6 +26,9 @@ pub enum Event {
         samples: (usize, usize),
         /// Predicted peak device bytes.
         predicted_peak_bytes: u64,
+        /// The micro-batch and its accumulation steps (a resumed run keeps its halvings).
+        #[serde(default)]
+        micro_batch: (usize, usize),
     },
     /// One optimizer step finished.
     Step {

@@ -220,6 +220,7 @@ fn prepare<'a>(
         steps_per_epoch: run.steps_per_epoch,
         samples: (splits.train.samples.len(), splits.val.samples.len()),
         predicted_peak_bytes: run.estimate.total,
+        micro_batch: run.micro_batch(),
     });
     Ok((run, lock))
 }

@@ -46,11 +46,12 @@ impl Renderer {
                 steps_per_epoch,
                 samples,
                 predicted_peak_bytes,
+                micro_batch: (batch, accum),
             } => {
                 *epochs = *e;
                 self.steps_per_epoch = *steps_per_epoch;
                 eprintln!(
-                    "training on {device}: {} train / {} val images, {steps_per_epoch} steps per epoch, predicted peak {}, run folder {}",
+                    "training on {device}: {} train / {} val images, {steps_per_epoch} steps per epoch of micro-batch {batch} x {accum}, predicted peak {}, run folder {}",
                     samples.0,
                     samples.1,
                     human_bytes(*predicted_peak_bytes),

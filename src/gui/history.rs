@@ -31,6 +31,10 @@ pub struct RunHistory {
     pub epoch: usize,
     /// Warnings and notes, newest last.
     pub log: Vec<String>,
+    /// The micro-batch in use and its accumulation steps.
+    pub micro_batch: Option<(usize, usize)>,
+    /// Steps at which the engine halved the micro-batch to hold the budget.
+    pub batch_halvings: Vec<usize>,
     /// Training samples left out, with the reason (file, reason).
     pub skipped_files: Vec<(String, String)>,
 }
@@ -41,9 +45,10 @@ impl RunHistory {
     /// Adds one engine event.
     pub fn push(&mut self, event: &Event) {
         match event {
-            Event::Started { predicted_peak_bytes, start_epoch, .. } => {
+            Event::Started { predicted_peak_bytes, start_epoch, micro_batch, .. } => {
                 self.predicted_mib = Some(*predicted_peak_bytes as f64 / MIB);
                 self.epoch = *start_epoch;
+                self.micro_batch = Some(*micro_batch);
             }
             Event::Step { step, epoch, loss, accuracy, lr, images_per_sec } => {
                 let x = *step as f64;
@@ -81,8 +86,10 @@ impl RunHistory {
                 self.skipped_files.push((source.clone(), reason.clone()));
             }
             Event::Info(s) => self.log.push(s.clone()),
-            Event::Finished(_) => {} // the job's end ([`super::worker::JobEnd`]) carries it
+            Event::Finished(_) => {} // the job's result (`session::JobOutput`) carries it
             Event::BatchAdapted { batch_size, grad_accum_steps, reason } => {
+                self.micro_batch = Some((*batch_size, *grad_accum_steps));
+                self.batch_halvings.push(self.last_step);
                 self.log.push(format!("memory: micro-batch {batch_size} x {grad_accum_steps} ({reason})"))
             }
         }
@@ -151,5 +158,25 @@ mod tests {
         let smoothed = h.smoothed_loss();
         assert_eq!(smoothed[0], [1.0, 2.0]);
         assert!((smoothed[1][1] - 1.9).abs() < 1e-9, "{smoothed:?}");
+    }
+
+    #[test]
+    fn the_micro_batch_comes_from_started_and_each_halving_is_marked_at_its_step() {
+        let mut h = RunHistory::default();
+        h.push(&Event::Started {
+            device: "cpu".into(),
+            out_dir: "run".into(),
+            start_epoch: 0,
+            epochs: 1,
+            steps_per_epoch: 4,
+            samples: (128, 0),
+            predicted_peak_bytes: 1 << 20,
+            micro_batch: (32, 1),
+        });
+        assert_eq!(h.micro_batch, Some((32, 1)));
+        h.push(&step(3, 1.0));
+        h.push(&Event::BatchAdapted { batch_size: 16, grad_accum_steps: 2, reason: "over the budget".into() });
+        assert_eq!((h.micro_batch, h.batch_halvings.clone()), (Some((16, 2)), vec![3]));
+        assert!(h.log.last().unwrap().contains("micro-batch 16 x 2 (over the budget)"));
     }
 }

@@ -23,7 +23,7 @@ mod ui_bench;
 use std::path::PathBuf;
 
 use eframe::egui;
-use egui_plot::{HLine, Legend, Line, Plot, PlotPoints};
+use egui_plot::{HLine, Legend, Line, Plot, PlotPoints, VLine};
 use serde::{Deserialize, Serialize};
 
 use crate::config::{Config, Precision};

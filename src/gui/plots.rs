@@ -56,6 +56,9 @@ impl VramfitApp {
                 if draw_budget {
                     p.hline(HLine::new("budget", budget));
                 }
+                for &step in &h.batch_halvings {
+                    p.vline(VLine::new("micro-batch halved", step as f64));
+                }
             });
             plot("rate").show(ui, |p| {
                 p.line(line("learning rate x1000", &h.lr.iter().map(|[x, y]| [*x, y * 1000.0]).collect()));

@@ -6,7 +6,12 @@ use super::*;
 impl VramfitApp {
     pub(super) fn status_ui(&mut self, ui: &mut egui::Ui) {
         ui.horizontal(|ui| {
-            ui.label(format!("{} · step {} · epoch {}", self.status, self.history.last_step, self.history.epoch + 1));
+            let h = &self.history;
+            let mut line = format!("{} · step {} · epoch {}", self.status, h.last_step, h.epoch + 1);
+            if let Some((batch, accum)) = h.micro_batch {
+                line.push_str(&format!(" · micro-batch {batch} x {accum}"));
+            }
+            ui.label(line);
             if let Some(run) = &self.last_run {
                 ui.label(format!("run {}", run.display()));
             }

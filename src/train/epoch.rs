@@ -133,7 +133,7 @@ impl Run<'_> {
                 Ok(s) => return Ok(s),
                 Err(StepError::Fatal(e)) => return Err(e),
                 Err(StepError::Device(msg)) => {
-                    let micro = self.batch_size.div_ceil(self.trainer.state.split_factor);
+                    let (micro, _) = self.micro_batch();
                     if micro <= 1 {
                         return Err(Error::Device(format!(
                             "the device failed even at micro-batch 1 ({msg}); the last checkpoint in {} is intact — lower crop_size or use --device cpu",
@@ -149,16 +149,21 @@ impl Run<'_> {
         }
     }
 
+    /// The micro-batch in use and its accumulation steps: the loader's batch split
+    /// `split_factor` ways (the one place this is computed; clients get it in
+    /// [`Event::Started`] and [`Event::BatchAdapted`]).
+    pub(super) fn micro_batch(&self) -> (usize, usize) {
+        let split = self.trainer.state.split_factor;
+        (self.batch_size.div_ceil(split), self.accum * split)
+    }
+
     /// Halves the micro-batch from the next step (the accumulation doubles, so the effective
     /// batch and the gradient stay the same) and tells the clients why.
     fn halve_micro_batch(&mut self, reason: String, sink: EventSink) {
         self.trainer.state.split_factor *= 2;
         self.trainer.device.memory_cleanup();
-        sink(Event::BatchAdapted {
-            batch_size: self.batch_size.div_ceil(self.trainer.state.split_factor),
-            grad_accum_steps: self.accum * self.trainer.state.split_factor,
-            reason,
-        });
+        let (batch_size, grad_accum_steps) = self.micro_batch();
+        sink(Event::BatchAdapted { batch_size, grad_accum_steps, reason });
     }
 
     /// A finished step: counters, the Step event and its metrics.csv row.
@@ -209,7 +214,7 @@ impl Run<'_> {
     fn hold_budget(&mut self, sink: EventSink) {
         let budget = self.budget();
         let measured = self.trainer.tracker.peak_bytes_reserved;
-        let micro = self.batch_size.div_ceil(self.trainer.state.split_factor);
+        let (micro, _) = self.micro_batch();
         if measured > budget && micro > 1 {
             self.trainer.tracker = MemoryTracker::default();
             let reason = format!("measured {} crossed the {} budget", human_bytes(measured), human_bytes(budget));
