@@ -239,8 +239,8 @@ pub fn evaluate_run(
 /// of `batch_size`, f32.
 ///
 /// # Errors
-/// [`Error::Dataset`] when `data`'s classes are not the model's; as [`crate::export::load`]
-/// and [`evaluate`].
+/// [`Error::Io`] naming the model when `data`'s classes are not its own; as
+/// [`crate::export::load`] and [`evaluate`].
 pub fn evaluate_export(
     model: &std::path::Path,
     data: Dataset,
@@ -249,13 +249,13 @@ pub fn evaluate_export(
 ) -> Result<EvalResult> {
     let loaded = crate::export::load(model, &device.device)?;
     if data.class_names != loaded.metadata.class_names {
-        return Err(Error::Dataset {
-            path: model.into(),
-            message: format!(
-                "the dataset's classes {:?} differ from the model's {:?}",
-                data.class_names, loaded.metadata.class_names
+        return Err(Error::io(
+            model,
+            format!(
+                "the model's classes {:?} differ from the dataset's {:?}; evaluate it on the dataset it was trained on",
+                loaded.metadata.class_names, data.class_names
             ),
-        });
+        ));
     }
     let config = loaded.metadata.inference_config();
     let pipe = Arc::new(SamplePipeline::from_config(&config, false));

@@ -7,10 +7,10 @@
 //! # Back-pressure
 //! The engine never blocks on a slow client and never drops a report that changes state.
 //! [`Report`]s wait in a queue of [`QUEUE_CAPACITY`]; when it is full, a new step or memory
-//! sample ([`Event::Step`], [`Event::Memory`]) replaces the oldest queued sample of its kind
-//! (the plots lose a point, never the newest one), and every other report (epoch ends,
-//! checkpoints, warnings, skipped samples, errors, the job's result) is queued whatever the
-//! queue holds.
+//! sample or output line ([`Event::Step`], [`Event::Memory`], [`Event::Info`]) replaces the
+//! oldest queued report of its kind (the plots lose a point, never the newest one), and every
+//! other report (epoch ends, checkpoints, warnings, skipped samples, errors, the job's result)
+//! is queued whatever the queue holds.
 //!
 //! # Threads
 //! [`Session::start`] spawns the thread `vramfit-engine`; jobs that compute run there one at a
@@ -23,7 +23,7 @@
 use std::collections::VecDeque;
 use std::panic::AssertUnwindSafe;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc::{Sender, channel};
 use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::thread::JoinHandle;
@@ -43,6 +43,10 @@ use crate::worker_process::WorkerJob;
 
 /// Reports the queue holds before samples start replacing each other (see the module docs).
 pub const QUEUE_CAPACITY: usize = 1024;
+
+/// How long a worker process may take to stop after being asked before it is killed (its run
+/// folder keeps its last checkpoint, as after any crash).
+pub const WORKER_STOP_GRACE: std::time::Duration = std::time::Duration::from_secs(120);
 
 /// Side of the thumbnails a [`Job::Predict`] returns, in pixels.
 pub const THUMBNAIL_SIZE: u32 = 96;
@@ -198,7 +202,9 @@ impl Report {
     /// Whether a full queue may replace this report by a newer one of its kind.
     fn sample_kind(&self) -> Option<std::mem::Discriminant<Event>> {
         match self {
-            Report::Event(e @ (Event::Step { .. } | Event::Memory { .. })) => Some(std::mem::discriminant(e)),
+            Report::Event(e @ (Event::Step { .. } | Event::Memory { .. } | Event::Info(_))) => {
+                Some(std::mem::discriminant(e))
+            }
             _ => None,
         }
     }
@@ -249,8 +255,9 @@ impl ReportQueue {
     }
 }
 
-/// An engine session (see the module docs). Dropping it stops the running job (it saves a
-/// checkpoint), lets queued jobs go and waits for the engine thread.
+/// An engine session (see the module docs). Dropping it stops the running jobs (training saves
+/// a checkpoint; a worker that does not stop within [`WORKER_STOP_GRACE`] is killed), lets
+/// queued jobs go (they finish with [`Error::Stopped`]) and waits for its threads.
 pub struct Session {
     jobs: Option<Sender<Job>>,
     queue: Arc<ReportQueue>,
@@ -259,8 +266,18 @@ pub struct Session {
     worker_stop: StopSignal,
     budget: LiveBudget,
     pending: Arc<AtomicUsize>,
+    closing: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
     supervisors: Mutex<Vec<JoinHandle<()>>>,
+}
+
+/// Closes the report queue when the engine thread ends, even by a panic outside a job.
+struct CloseOnDrop(Arc<ReportQueue>);
+
+impl Drop for CloseOnDrop {
+    fn drop(&mut self) {
+        self.0.close();
+    }
 }
 
 impl Session {
@@ -276,18 +293,23 @@ impl Session {
         let pending = Arc::new(AtomicUsize::new(0));
         let engine = Engine { queue: queue.clone(), stop: stop.clone(), budget: budget.clone(), predictor: None };
         let (done, engine_notify) = (pending.clone(), notify.clone());
+        let closing = Arc::new(AtomicBool::new(false));
+        let engine_closing = closing.clone();
         let thread = std::thread::Builder::new().name("vramfit-engine".into()).spawn(move || {
             let mut engine = engine;
+            // However this thread ends, the queue is closed so `recv` returns.
+            let _close = CloseOnDrop(engine.queue.clone());
             for job in inbox {
                 let kind = job.kind();
-                // A stop asked for before this job started was for an earlier one.
-                engine.stop.clear();
-                let result = catch_panic(|| engine.run(job, engine_notify.as_ref()));
+                let result = if engine_closing.load(Ordering::SeqCst) {
+                    Err(Error::Stopped) // the session is being dropped: queued jobs are let go
+                } else {
+                    catch_panic(|| engine.run(job, engine_notify.as_ref()))
+                };
                 done.fetch_sub(1, Ordering::SeqCst);
                 engine.queue.push(Report::Finished { kind, result });
                 engine_notify();
             }
-            engine.queue.close();
             engine_notify();
         })?;
         Ok(Self {
@@ -298,17 +320,32 @@ impl Session {
             worker_stop: StopSignal::new(),
             budget,
             pending,
+            closing,
             thread: Some(thread),
             supervisors: Mutex::new(Vec::new()),
         })
     }
 
     /// Queues `job`; it runs after the engine thread's jobs before it ([`Job::TrainInWorker`]
-    /// starts at once on its own thread). A stop asked for earlier does not carry over to it.
+    /// starts at once on its own thread). A stop asked for before this call does not carry over
+    /// to it, and a training job's budget starts at its config's; both are reset here, on the
+    /// caller's thread, so a stop or budget given after `submit` returns is never overwritten.
     ///
     /// # Errors
     /// [`Error::Crashed`] when the engine thread is gone or no supervisor thread can start.
     pub fn submit(&self, job: Job) -> Result<()> {
+        match &job {
+            Job::Train { request, .. } => {
+                self.stop.clear();
+                self.budget.set(request.config.memory.memory_budget_bytes);
+            }
+            Job::TrainInWorker(w) => {
+                self.worker_stop.clear();
+                self.budget.set(w.spec.config.memory.memory_budget_bytes);
+            }
+            _ if !self.busy() => self.stop.clear(),
+            _ => {}
+        }
         self.pending.fetch_add(1, Ordering::SeqCst);
         let sent = match job {
             Job::TrainInWorker(job) => self.supervise(job),
@@ -325,7 +362,6 @@ impl Session {
     fn supervise(&self, job: WorkerJob) -> bool {
         let (queue, notify, done) = (self.queue.clone(), self.notify.clone(), self.pending.clone());
         let (stop, budget) = (self.worker_stop.clone(), self.budget.clone());
-        stop.clear();
         let spawned = std::thread::Builder::new().name("vramfit-supervisor".into()).spawn(move || {
             let mut sink = |e: Event| {
                 queue.push(Report::Event(e));
@@ -388,6 +424,14 @@ impl Session {
     /// The job's error.
     pub fn run(&self, job: Job, on_event: &mut dyn FnMut(Event)) -> Result<JobOutput> {
         self.submit(job)?;
+        self.wait(on_event)
+    }
+
+    /// Waits for the next job to finish, handing every event before it to `on_event`.
+    ///
+    /// # Errors
+    /// The job's error; [`Error::Crashed`] when the engine thread ended without a result.
+    pub fn wait(&self, on_event: &mut dyn FnMut(Event)) -> Result<JobOutput> {
         while let Some(report) = self.recv() {
             match report {
                 Report::Event(e) => on_event(e),
@@ -400,6 +444,7 @@ impl Session {
 
 impl Drop for Session {
     fn drop(&mut self) {
+        self.closing.store(true, Ordering::SeqCst);
         self.stop();
         self.jobs = None;
         if let Some(thread) = self.thread.take() {
@@ -442,7 +487,6 @@ impl Engine {
         };
         match job {
             Job::Train { mut request, splits, device } => {
-                self.budget.set(request.config.memory.memory_budget_bytes);
                 request.live_budget = Some(self.budget.clone());
                 let summary = crate::train::train(&request, &device, &splits, &mut sink, &self.stop)?;
                 Ok(JobOutput::Trained(Box::new(summary)))

@@ -155,6 +155,12 @@ impl WorkerProcess {
         self.send("stop");
     }
 
+    /// Kills the child (a worker that did not stop when asked); its run folder keeps its last
+    /// checkpoint.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+    }
+
     /// Moves the child's memory budget (bytes); it acts at its next memory sample.
     pub fn set_budget(&mut self, bytes: u64) {
         self.send(&format!("budget {bytes}"));
@@ -297,8 +303,7 @@ pub fn supervise(
     let args = spec.args(&config_file);
     let mut process =
         WorkerProcess::spawn(&job.launch.exe, &args, &job.launch.env, &spec.out_dir, gpu, tx, || {}).map_err(io)?;
-    budget.set(spec.config.memory.memory_budget_bytes);
-    let (mut budget_sent, mut stop_sent, mut finished) = (budget.get(), false, None);
+    let (mut budget_sent, mut stop_sent, mut finished) = (spec.config.memory.memory_budget_bytes, None, None);
     loop {
         match output.recv_timeout(std::time::Duration::from_millis(50)) {
             Ok(Output::Event(Event::Finished(end))) => finished = Some(end),
@@ -308,9 +313,14 @@ pub fn supervise(
             Err(RecvTimeoutError::Timeout) => {}
             Err(RecvTimeoutError::Disconnected) => break,
         }
-        if stop.is_set() && !stop_sent {
-            process.stop();
-            stop_sent = true;
+        match stop_sent {
+            None if stop.is_set() => {
+                process.stop();
+                stop_sent = Some(std::time::Instant::now());
+            }
+            // A worker stuck below the engine (in the driver) would hold its client forever.
+            Some(at) if at.elapsed() > crate::session::WORKER_STOP_GRACE => process.kill(),
+            _ => {}
         }
         if budget.get() != budget_sent {
             budget_sent = budget.get();

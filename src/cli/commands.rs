@@ -137,7 +137,9 @@ pub struct PredictArgs {
 }
 
 pub fn predict(args: PredictArgs) -> anyhow::Result<ExitCode> {
+    // Selected here for its note (e.g. no adapter: the CPU); the session's job reuses the device.
     let choice = args.device.choice();
+    select_device(&args.device)?;
     let files = crate::infer::expand_inputs(&args.inputs);
     if files.is_empty() {
         bail!("no image files in {:?}", args.inputs);

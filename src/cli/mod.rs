@@ -251,6 +251,10 @@ pub fn main(app: App) -> ExitCode {
             for cause in e.chain().skip(1) {
                 eprintln!("  caused by: {cause}");
             }
+            // A job that panicked on the session's thread exits as a panic would.
+            if matches!(e.downcast_ref::<crate::Error>(), Some(crate::Error::Crashed(_))) {
+                return ExitCode::from(101);
+            }
             ExitCode::FAILURE
         }
     }

@@ -65,12 +65,15 @@ fn run_engine(worker: bool, job: Job) -> anyhow::Result<JobOutput> {
         eprintln!("\nstopping after this step (a checkpoint will be saved); Ctrl-C again to quit now");
         handler_stop.stop();
     });
+    // Submitted before the parent's lines are read, so a `stop` or `budget` that was sent early
+    // is applied after the job's reset, never overwritten by it.
+    session.submit(job)?;
     if worker {
         super::worker::obey_parent(session.stop_signal(), Some(session.budget()));
     }
     let mut renderer = Renderer::default();
     let mut epochs = 0;
-    let result = session.run(job, &mut |event| {
+    let result = session.wait(&mut |event| {
         if worker {
             super::worker::inject_fault(&event);
             super::worker::emit(&event);

@@ -31,7 +31,9 @@ pub fn obey_parent(stop: StopSignal, budget: Option<LiveBudget>) {
             let Ok(line) = line else { break };
             let line = line.trim();
             if line == "stop" {
-                break;
+                // Keep reading: the end of stdin must still be noticed.
+                stop.stop();
+                continue;
             }
             if let (Some(bytes), Some(b)) = (line.strip_prefix("budget ").and_then(|v| v.parse().ok()), &budget) {
                 b.set(bytes);

@@ -209,7 +209,7 @@ impl VramfitApp {
             return;
         };
         if self.submit(Job::Export { run, dir, options: crate::export::ExportOptions::default() }) {
-            self.in_flight.exporting = true;
+            self.in_flight.exporting += 1;
             self.status = "exporting".into();
         }
     }
@@ -225,7 +225,7 @@ impl VramfitApp {
         };
         let job = Job::Predict { model, paths, top_k: 5, device: self.device_choice(), thumbnails: true };
         if self.submit(job) {
-            self.in_flight.predicting = true;
+            self.in_flight.predicting += 1;
         }
     }
 
@@ -257,7 +257,7 @@ impl VramfitApp {
                 }
             }
             JobKind::Export => {
-                self.in_flight.exporting = false;
+                self.in_flight.exporting -= 1;
                 match result {
                     Ok(JobOutput::Exported(files)) => {
                         let dir = files.first().and_then(|f| f.parent()).map(|d| d.display().to_string());
@@ -267,7 +267,7 @@ impl VramfitApp {
                 }
             }
             JobKind::Predict => {
-                self.in_flight.predicting = false;
+                self.in_flight.predicting -= 1;
                 match result {
                     Ok(JobOutput::Predicted(files)) => self.predict.add_results(files),
                     Ok(_) => {}

@@ -37,7 +37,6 @@ pub use command::Command;
 pub use frame_time::{FRAME_BUDGET_MS, FrameSummary, FrameTimes};
 pub use history::RunHistory;
 pub use predict::{PredictView, Prediction};
-use ui_bench::UiBench;
 pub use ui_bench::{UiBenchResult, bench_ui, bench_ui_report};
 
 /// Settings kept between launches (eframe persistence).
@@ -92,13 +91,13 @@ impl Default for AppOptions {
     }
 }
 
-/// Which jobs of the app's session are in flight.
+/// Which jobs of the app's session are in flight (exports and predictions can queue up).
 #[derive(Clone, Copy, Debug, Default)]
 struct InFlight {
     training: bool,
     evaluating: bool,
-    exporting: bool,
-    predicting: bool,
+    exporting: usize,
+    predicting: usize,
 }
 
 /// The application state. Fields are private: the panels read them while drawing and record
@@ -125,7 +124,6 @@ pub struct VramfitApp {
     evaluation: Option<crate::eval::EvalResult>,
     frame_times: FrameTimes,
     title_sent: String,
-    bench: Option<UiBench>,
     options: AppOptions,
 }
 
@@ -175,7 +173,6 @@ impl VramfitApp {
             evaluation: None,
             frame_times: FrameTimes::default(),
             title_sent: String::new(),
-            bench: None,
             options,
         };
         app.refresh();
@@ -230,6 +227,11 @@ impl VramfitApp {
     /// Predicted images, newest first.
     pub fn predictions(&self) -> &[Prediction] {
         self.predict.predictions()
+    }
+
+    /// Frame times (the status bar; `vramfit bench ui`).
+    pub fn frame_times(&self) -> &FrameTimes {
+        &self.frame_times
     }
 
     /// How runs are started; tests change the worker and the step cap between runs.
@@ -319,7 +321,7 @@ impl VramfitApp {
     /// Whether any job of the app (training, evaluation, export, prediction) is in flight.
     pub fn busy(&self) -> bool {
         let f = self.in_flight;
-        f.training || f.evaluating || f.exporting || f.predicting
+        f.training || f.evaluating || f.exporting > 0 || f.predicting > 0
     }
 
     /// Moves the session's reports into the state: events into the history, finished jobs
@@ -394,7 +396,6 @@ impl eframe::App for VramfitApp {
             self.frame_times.record(secs * 1000.0, self.training());
         }
         VramfitApp::ui(self, ui);
-        self.bench_tick(ui.ctx());
     }
 
     fn save(&mut self, storage: &mut dyn eframe::Storage) {

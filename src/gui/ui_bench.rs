@@ -15,40 +15,46 @@ pub struct UiBenchResult {
     pub error: Option<String>,
 }
 
-/// Bench mode of the app: train for `seconds`, stop, then close the window.
-pub(super) struct UiBench {
+/// The app in bench mode: it trains for `seconds`, stops, records what it measured and closes
+/// the window. It wraps the app, which knows nothing of the bench.
+struct BenchedApp {
+    app: VramfitApp,
     seconds: f64,
     /// When training is stopped; set on the first frame, which starts it.
     deadline: Option<std::time::Instant>,
     result: std::sync::Arc<std::sync::Mutex<Option<UiBenchResult>>>,
 }
 
-impl VramfitApp {
-    pub(super) fn bench_tick(&mut self, ctx: &egui::Context) {
-        let Some(b) = &mut self.bench else { return };
-        let Some(deadline) = b.deadline else {
-            b.deadline = Some(std::time::Instant::now() + std::time::Duration::from_secs_f64(b.seconds));
-            self.apply(Command::Train);
+impl BenchedApp {
+    fn tick(&mut self, ctx: &egui::Context) {
+        let Some(deadline) = self.deadline else {
+            self.deadline = Some(std::time::Instant::now() + std::time::Duration::from_secs_f64(self.seconds));
+            self.app.apply(Command::Train);
             return;
         };
-        if self.training() {
+        if self.app.training() {
             if std::time::Instant::now() >= deadline {
-                self.apply(Command::Stop);
+                self.app.apply(Command::Stop);
             }
             return;
         }
-        if let Some(b) = self.bench.take() {
-            let result = UiBenchResult {
-                device: self.device_label(),
-                training: self.frame_times.while_training(),
-                steps: self.history.last_step,
-                error: self.error.clone(),
-            };
-            if let Ok(mut slot) = b.result.lock() {
-                *slot = Some(result);
-            }
-            ctx.send_viewport_cmd(egui::ViewportCommand::Close);
+        let result = UiBenchResult {
+            device: self.app.device_label(),
+            training: self.app.frame_times().while_training(),
+            steps: self.app.history().last_step,
+            error: self.app.error().map(str::to_string),
+        };
+        if let Ok(mut slot) = self.result.lock() {
+            *slot = Some(result);
         }
+        ctx.send_viewport_cmd(egui::ViewportCommand::Close);
+    }
+}
+
+impl eframe::App for BenchedApp {
+    fn ui(&mut self, ui: &mut egui::Ui, frame: &mut eframe::Frame) {
+        eframe::App::ui(&mut self.app, ui, frame);
+        self.tick(ui.ctx());
     }
 }
 
@@ -72,9 +78,8 @@ pub fn bench_ui(seconds: f64) -> anyhow::Result<UiBenchResult> {
         options,
         Box::new(move |_cc| {
             let options = AppOptions { runs_dir: dir, ..AppOptions::default() };
-            let mut app = VramfitApp::with_options(Settings::default(), options);
-            app.bench = Some(UiBench { seconds, deadline: None, result: slot });
-            Ok(Box::new(app))
+            let app = VramfitApp::with_options(Settings::default(), options);
+            Ok(Box::new(BenchedApp { app, seconds, deadline: None, result: slot }))
         }),
     )
     .map_err(|e| anyhow::anyhow!("cannot open the window: {e}; on a machine without a display use xvfb-run"))?;
