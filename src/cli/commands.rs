@@ -15,6 +15,11 @@ use crate::memory::{self, human_bytes};
 use crate::model::{self, LayerKind};
 use crate::session::{Job, JobOutput, Session};
 
+/// Runs one job without progress events (eval, predict, export) on a session of its own.
+fn run_job(job: Job) -> anyhow::Result<JobOutput> {
+    Ok(Session::start(|| {})?.run(job, &mut |_| {})?)
+}
+
 /// Opens `--data` (or the bundled subset) with the config's split settings.
 pub(super) fn open_data(data: Option<&PathBuf>, config: &Config, allow_empty: bool) -> anyhow::Result<Splits> {
     let path = data.cloned().unwrap_or_else(dataset::bundled_dataset_dir);
@@ -73,9 +78,7 @@ pub fn eval(args: EvalArgs) -> anyhow::Result<ExitCode> {
     let data = if args.train_split { splits.train } else { splits.val };
     let job =
         Job::EvaluateExport { model: args.model.clone(), data, device: device.clone(), batch_size: args.batch_size };
-    let JobOutput::Evaluated(r) = Session::start(|| {})?.run(job, &mut |_| {})? else {
-        bail!("the engine returned another job's output")
-    };
+    let JobOutput::Evaluated(r) = run_job(job)? else { bail!("the engine returned another job's output") };
     if r.samples == 0 {
         bail!(
             "no image of {} could be evaluated ({} files skipped: decoding or size): there is nothing to measure",
@@ -146,9 +149,7 @@ pub fn predict(args: PredictArgs) -> anyhow::Result<ExitCode> {
     }
     let job =
         Job::Predict { model: args.model.clone(), paths: files, top_k: args.top_k, device: choice, thumbnails: false };
-    let JobOutput::Predicted(predicted) = Session::start(|| {})?.run(job, &mut |_| {})? else {
-        bail!("the engine returned another job's output")
-    };
+    let JobOutput::Predicted(predicted) = run_job(job)? else { bail!("the engine returned another job's output") };
     let mut failures = 0;
     for crate::session::PredictedFile { path, result, notices, .. } in &predicted {
         match result {
@@ -360,9 +361,7 @@ pub fn export(args: ExportArgs) -> anyhow::Result<ExitCode> {
         }
     }
     let job = Job::Export { run: args.run.clone(), dir: out, options };
-    let JobOutput::Exported(files) = Session::start(|| {})?.run(job, &mut |_| {})? else {
-        bail!("the engine returned another job's output")
-    };
+    let JobOutput::Exported(files) = run_job(job)? else { bail!("the engine returned another job's output") };
     for f in files {
         println!("wrote {}", f.display());
     }

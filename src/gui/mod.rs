@@ -371,11 +371,16 @@ impl VramfitApp {
                 View::Predict => self.predict.ui(ui, self.last_run.as_deref(), &mut self.commands),
             }
         });
-        for command in std::mem::take(&mut self.commands) {
-            self.apply(command);
-        }
+        self.apply_recorded();
         if self.busy() {
             ui.ctx().request_repaint_after(std::time::Duration::from_millis(250));
+        }
+    }
+
+    /// Applies the commands the panels recorded during this frame, in order.
+    fn apply_recorded(&mut self) {
+        for command in std::mem::take(&mut self.commands) {
+            self.apply(command);
         }
     }
 
@@ -383,9 +388,7 @@ impl VramfitApp {
     pub fn setup_panel(&mut self, ui: &mut egui::Ui) {
         self.refresh();
         self.setup_ui(ui);
-        for command in std::mem::take(&mut self.commands) {
-            self.apply(command);
-        }
+        self.apply_recorded();
     }
 }
 
