@@ -21,6 +21,7 @@ pub mod eval;
 pub mod events;
 pub mod export;
 pub mod fault;
+pub mod gelu;
 pub mod gui;
 pub mod idx;
 pub mod image_io;

@@ -229,7 +229,7 @@ impl ConvNormAct {
             }
         };
         match self.activation {
-            Activation::Gelu => burn::tensor::activation::gelu(x),
+            Activation::Gelu => crate::gelu::gelu(x),
             Activation::Relu => burn::tensor::activation::relu(x),
         }
     }
