@@ -276,6 +276,7 @@ mod x86 {
 
 /// `(Φ(x), φ(x))`: the standard normal CDF and density at `x`, branch-free (see module docs).
 #[inline(always)]
+#[allow(clippy::excessive_precision)] // the coefficients as published, not rounded by hand
 fn cdf_and_density(x: f32) -> (f32, f32) {
     // Abramowitz & Stegun, Handbook of Mathematical Functions (1964), formula 7.1.26.
     const P: f32 = 0.327_591_1;
@@ -298,6 +299,7 @@ fn cdf_and_density(x: f32) -> (f32, f32) {
 /// Cephes `expf`: `v = k ln 2 + r` with `|r| <= ln 2 / 2`, `exp(r)` by a degree-7 polynomial
 /// (relative error about 1e-7), `2^k` written into the exponent bits.
 #[inline(always)]
+#[allow(clippy::excessive_precision)] // the coefficients as published, not rounded by hand
 fn exp_nonpositive(v: f32) -> f32 {
     const LN2_HI: f32 = 0.693_359_4;
     const LN2_LO: f32 = -2.121_944_4e-4;

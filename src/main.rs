@@ -1,4 +1,29 @@
 //! The `vramfit` command line: `vramfit --help`.
+
 fn main() -> std::process::ExitCode {
+    keep_freed_memory();
     vramfit::cli::main(vramfit::cli::App { open: vramfit::gui::run, bench_ui: vramfit::gui::bench_ui_report })
+}
+
+/// Makes glibc's allocator keep freed memory for reuse instead of returning it to the kernel.
+///
+/// A CPU training step allocates and frees the same large activation buffers every step. By
+/// default glibc serves each from a fresh `mmap` and unmaps it on free, so every step faults in
+/// and clears the same pages again and flushes TLBs (`perf`: 11% of a flex 12gb step in the
+/// kernel). With `mmap` off and trimming off, freed blocks return to the heap and the next step
+/// reuses them. `farm-bench` on `bench train -c 12gb --backends flex --steps 2`: wall 0.86x,
+/// system time 3.5 s -> 1.2 s, peak RSS unchanged (1.99 GB). The cost: the process keeps its
+/// high-water mark of host memory until it exits.
+fn keep_freed_memory() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    {
+        const TOP_PAD_BYTES: libc::c_int = 256 << 20;
+        // SAFETY: mallopt only changes allocator parameters; it is called before any thread
+        // starts, and every value is within glibc's documented range.
+        unsafe {
+            libc::mallopt(libc::M_MMAP_MAX, 0);
+            libc::mallopt(libc::M_TRIM_THRESHOLD, libc::c_int::MAX);
+            libc::mallopt(libc::M_TOP_PAD, TOP_PAD_BYTES);
+        }
+    }
 }
