@@ -3,7 +3,7 @@
 
 use std::time::Instant;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::config::{Config, Precision};
 use crate::device::{self, CpuBackend, DeviceChoice, SelectedDevice};
@@ -15,7 +15,7 @@ use crate::model::{forward_flops, layer_plan};
 pub const BENCH_CLASSES: usize = 10;
 
 /// One row of `bench train`.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct TrainBenchRow {
     /// Config name.
     pub config: String,

@@ -10,6 +10,7 @@
 pub mod atomic_file;
 pub mod augment;
 pub mod bench;
+pub mod bench_baseline;
 pub mod check_data;
 pub mod checkpoint;
 pub mod cli;

@@ -81,6 +81,11 @@ pub struct BenchArgs {
     /// Seconds of training for `bench ui`.
     #[arg(long, default_value_t = 60.0)]
     seconds: f64,
+    /// `bench train`: measure the rows of this baseline (an earlier `--json` output, e.g. in
+    /// `benches/baseline/`) again and compare: fresh / baseline throughput per row; exits with 1
+    /// when a row is more than 20% slower.
+    #[arg(value_parser = crate::user_path::UserPathParser, long)]
+    compare: Option<PathBuf>,
     /// Write results as JSON here too.
     #[arg(value_parser = crate::user_path::UserPathParser, long)]
     json: Option<PathBuf>,
@@ -88,6 +93,7 @@ pub struct BenchArgs {
 
 pub fn bench(args: BenchArgs, app: super::App) -> anyhow::Result<ExitCode> {
     let rows_json = match args.what.as_str() {
+        "train" if args.compare.is_some() => return compare_with_baseline(&args),
         "train" => {
             let names = if args.configs.is_empty() {
                 vec!["quickstart".into(), "4gb".into(), "6gb".into(), "8gb".into(), "12gb".into()]
@@ -126,6 +132,52 @@ pub fn bench(args: BenchArgs, app: super::App) -> anyhow::Result<ExitCode> {
     };
     if let Some(path) = args.json {
         crate::atomic_file::write_atomic(&path, rows_json.as_bytes())?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `vramfit bench train --compare BASELINE`: the baseline's configs on the baseline's backends,
+/// measured now, compared row by row ([`crate::bench_baseline`]).
+fn compare_with_baseline(args: &BenchArgs) -> anyhow::Result<ExitCode> {
+    use crate::bench_baseline::{MAX_SLOWDOWN, backend_key, compare, table};
+    let path = args.compare.as_ref().context("--compare names no file")?;
+    let text = std::fs::read_to_string(path).with_context(|| {
+        format!("cannot read the baseline {}: give the path of a `bench train --json` output", path.display())
+    })?;
+    let baseline: Vec<crate::bench::TrainBenchRow> = serde_json::from_str(&text).with_context(|| {
+        format!("{} is not a `bench train --json` output (a list of rows): write one with `vramfit bench train --json FILE`", path.display())
+    })?;
+    // Only the (config, backend) pairs the baseline has: a slow pair left out of it stays out.
+    let mut pairs: Vec<(String, &str)> = Vec::new();
+    for row in &baseline {
+        let pair = (row.config.clone(), backend_key(&row.backend));
+        if !pairs.contains(&pair) {
+            pairs.push(pair);
+        }
+    }
+    let mut fresh = Vec::new();
+    for (name, backend) in pairs {
+        let config = super::load_config(&name)?;
+        let backends = [backend.to_string()];
+        fresh.extend(crate::bench::bench_train(
+            &[config],
+            &backends,
+            args.device.adapter,
+            args.warmup,
+            args.steps,
+            &mut |line| eprintln!("{line}"),
+        )?);
+    }
+    println!("{}", crate::bench::train_table(&fresh));
+    let rows = compare(&baseline, &fresh, MAX_SLOWDOWN);
+    println!("compared with {}:\n{}", path.display(), table(&rows, MAX_SLOWDOWN));
+    if let Some(json) = &args.json {
+        crate::atomic_file::write_atomic(json, serde_json::to_string_pretty(&fresh)?.as_bytes())?;
+    }
+    let slower = rows.iter().filter(|r| r.regressed).count();
+    if slower > 0 {
+        eprintln!("{slower} row(s) more than {:.0}% slower than the baseline", MAX_SLOWDOWN * 100.0);
+        return Ok(ExitCode::FAILURE);
     }
     Ok(ExitCode::SUCCESS)
 }
