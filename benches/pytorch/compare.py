@@ -2,6 +2,7 @@
 same run, and prints images/s of both and the ratio vramfit / PyTorch per row.
 
     cargo build --release && python benches/pytorch/compare.py [--configs quickstart,8gb] [--backend flex]
+    (on a GPU machine: benches/gpu/run.sh)
 
 The parameter counts of the two networks are compared first; a mismatch aborts.
 """
@@ -35,11 +36,23 @@ for name in a.configs.split(","):
     with tempfile.NamedTemporaryFile(suffix=".json") as f:
         subprocess.run([a.vramfit, "bench", "train", "--config", path, "--backends", a.backend, "--steps", str(a.steps), "--json", f.name],
                        check=True, capture_output=True)
-        v = json.load(open(f.name))[0]
+        measured = json.load(open(f.name))
+        if not measured:
+            sys.exit(f"{name}: vramfit measured no row on backend {a.backend} (see `vramfit devices`)")
+        v = measured[0]
     p = reference.bench(path, a.steps, 2, 10, a.device)
-    rows.append((name, v["batch_size"], v["image_px"], n, v["backend"], v["train_images_per_sec"], p["framework"], p["train_images_per_sec"]))
+    plan = subprocess.run([a.vramfit, "plan", "--config", path], capture_output=True, text=True).stdout
+    predicted = re.search(r"predicted peak[^0-9]*([0-9.]+ [KMG]iB)", plan)
+    rows.append((name, v, p, n, predicted.group(1) if predicted else "?"))
 
-print("| config | batch | px | params | vramfit backend | vramfit img/s | PyTorch | PyTorch img/s | ratio vramfit/PyTorch |")
-print("|---|---|---|---|---|---|---|---|---|")
-for name, b, px, n, vb, vi, pf, pi in rows:
-    print(f"| {name} | {b} | {px} | {n} | {vb} | {vi:.1f} | {pf} | {pi:.1f} | {vi / pi:.2f} |")
+
+def mib(n):
+    return "-" if n is None else f"{n / 2**20:.0f} MiB"
+
+
+print("| config | batch | px | params | vramfit backend | PyTorch | train img/s vramfit / PyTorch | ratio | infer img/s vramfit / PyTorch | ratio | peak: vramfit measured / plan / PyTorch max_memory_allocated |")
+print("|---|---|---|---|---|---|---|---|---|---|---|")
+for name, v, p, n, predicted in rows:
+    vt, pt, vi, pi = v["train_images_per_sec"], p["train_images_per_sec"], v["infer_images_per_sec"], p["infer_images_per_sec"]
+    print(f"| {name} | {v['batch_size']} | {v['image_px']} | {n} | {v['backend']} | {p['framework']} | {vt:.1f} / {pt:.1f} | {vt / pt:.2f} "
+          f"| {vi:.1f} / {pi:.1f} | {vi / pi:.2f} | {mib(v['peak_bytes_in_use'])} / {predicted} / {mib(p['max_memory_allocated'])} |")

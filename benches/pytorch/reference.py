@@ -107,6 +107,16 @@ def bench(config_path, steps, warmup, classes, device):
     for _ in range(steps):
         step()
     secs = time.perf_counter() - start
+
+    # Inference on the same batch, as vramfit's `bench train` measures it (eval mode, no grad).
+    model.eval()
+    with torch.no_grad(), torch.autocast(device_type=device, dtype=torch.float16, enabled=amp):
+        for _ in range(warmup):
+            model(x).float().sum().item()
+        start = time.perf_counter()
+        for _ in range(steps):
+            model(x).float().sum().item()
+        infer_secs = time.perf_counter() - start
     return {
         "config": cfg.get("name", config_path),
         "framework": f"pytorch {torch.__version__} ({device}, {torch.get_num_threads()} threads)",
@@ -114,6 +124,7 @@ def bench(config_path, steps, warmup, classes, device):
         "image_px": px,
         "params": sum(p.numel() for p in model.parameters()),
         "train_images_per_sec": b * steps / secs,
+        "infer_images_per_sec": b * steps / infer_secs,
         "max_memory_allocated": torch.cuda.max_memory_allocated() if device == "cuda" else None,
     }
 
