@@ -28,17 +28,27 @@ pub struct TrainBenchRow {
     /// Precision.
     pub precision: String,
     /// Training images per second.
+    #[serde(deserialize_with = "nan_from_null")]
     pub train_images_per_sec: f64,
     /// Inference images per second (same batch).
+    #[serde(deserialize_with = "nan_from_null")]
     pub infer_images_per_sec: f64,
     /// Achieved training GFLOP/s (3 x forward FLOPs per image).
+    #[serde(deserialize_with = "nan_from_null")]
     pub train_gflops: f64,
     /// Peak bytes_in_use sampled (GPU only).
     pub peak_bytes_in_use: Option<u64>,
     /// Median latency of one image at 224 px, milliseconds.
+    #[serde(deserialize_with = "nan_from_null")]
     pub latency_224_ms: f64,
     /// Error, when the row could not run.
     pub error: Option<String>,
+}
+
+/// Reads a figure that JSON wrote as `null`: serde_json writes a NaN (a row that failed, a
+/// latency that could not be measured) as `null`, which a plain `f64` field refuses.
+fn nan_from_null<'de, D: serde::Deserializer<'de>>(deserializer: D) -> std::result::Result<f64, D::Error> {
+    Ok(Option::<f64>::deserialize(deserializer)?.unwrap_or(f64::NAN))
 }
 
 fn devices_for(backends: &[String], adapter: Option<usize>) -> Vec<Result<SelectedDevice>> {

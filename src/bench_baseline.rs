@@ -4,8 +4,11 @@
 //! A baseline is the `--json` output of an earlier `bench train` on the same machine class
 //! (`benches/baseline/README.md` says which file fits which machine). Rows are matched by
 //! config, backend, batch size, image side and precision. A row whose training or inference
-//! throughput fell below `1 - max_slowdown` of the baseline's is a regression. Times are never
-//! compared against fixed numbers: only the ratio to the same row measured before.
+//! throughput fell below `1 - max_slowdown` of the baseline's is a regression, and so is a
+//! baseline row that failed or was not measured this time (an out-of-memory, a backend that no
+//! longer starts, a changed preset): the guard passes only when every baseline row was measured
+//! and kept its speed. Times are never compared against fixed numbers: only the ratio to the
+//! same row measured before.
 
 use crate::bench::TrainBenchRow;
 
@@ -22,7 +25,7 @@ pub struct RowComparison {
     pub train_ratio: Option<f64>,
     /// Fresh inference img/s divided by the baseline's; `None` as for `train_ratio`.
     pub infer_ratio: Option<f64>,
-    /// Whether either ratio is below `1 - max_slowdown`.
+    /// Whether either ratio is below `1 - max_slowdown`, or the row was not measured again.
     pub regressed: bool,
 }
 
@@ -49,8 +52,8 @@ fn same_row(a: &TrainBenchRow, b: &TrainBenchRow) -> bool {
 /// Compares every baseline row with the fresh row that matches it.
 ///
 /// `max_slowdown` is a fraction (0.2 = 20%). A baseline row with no fresh match (a backend this
-/// machine lacks) or a failed fresh row gets `None` ratios and is not a regression: the table
-/// says so instead.
+/// machine lacks, a changed batch size) or whose fresh row failed gets `None` ratios and counts
+/// as a regression: a guard that passes what it could not measure would pass the worst case.
 pub fn compare(baseline: &[TrainBenchRow], fresh: &[TrainBenchRow], max_slowdown: f64) -> Vec<RowComparison> {
     let ratio = |now: f64, before: f64| (now.is_finite() && before > 0.0).then(|| now / before);
     baseline
@@ -64,7 +67,7 @@ pub fn compare(baseline: &[TrainBenchRow], fresh: &[TrainBenchRow], max_slowdown
             let train_ratio = now.and_then(|f| ratio(f.train_images_per_sec, base.train_images_per_sec));
             let infer_ratio = now.and_then(|f| ratio(f.infer_images_per_sec, base.infer_images_per_sec));
             let floor = 1.0 - max_slowdown;
-            let regressed = train_ratio.is_some_and(|r| r < floor) || infer_ratio.is_some_and(|r| r < floor);
+            let regressed = !train_ratio.is_some_and(|r| r >= floor) || !infer_ratio.is_some_and(|r| r >= floor);
             RowComparison { label, train_ratio, infer_ratio, regressed }
         })
         .collect()
@@ -76,10 +79,10 @@ pub fn table(rows: &[RowComparison], max_slowdown: f64) -> String {
     let mut s =
         String::from("| row | train fresh / baseline | infer fresh / baseline | verdict |\n|---|---|---|---|\n");
     for r in rows {
-        let verdict = if r.regressed {
+        let verdict = if r.train_ratio.is_none() || r.infer_ratio.is_none() {
+            "NOT MEASURED (failed or no matching row)".to_string()
+        } else if r.regressed {
             format!("SLOWER by more than {:.0}%", max_slowdown * 100.0)
-        } else if r.train_ratio.is_none() {
-            "not compared".to_string()
         } else {
             "ok".to_string()
         };
@@ -125,22 +128,34 @@ mod tests {
         assert!(!got[0].regressed);
         assert_eq!(got[1].infer_ratio, Some(0.75));
         assert!(got[1].regressed);
-        assert_eq!((got[2].train_ratio, got[2].regressed), (None, false));
+        assert_eq!((got[2].train_ratio, got[2].regressed), (None, true));
         let t = table(&got, MAX_SLOWDOWN);
         assert!(
             t.contains("| 12gb / CPU (burn flex) / 64 x 28 px / f32 | 1.10x | 0.75x | SLOWER by more than 20% |"),
             "{t}"
         );
-        assert!(t.contains("| not measured | not measured | not compared |"), "{t}");
+        assert!(t.contains("| not measured | not measured | NOT MEASURED (failed or no matching row) |"), "{t}");
     }
 
     #[test]
-    fn a_failed_fresh_row_is_not_compared() {
+    fn a_failed_fresh_row_is_a_regression() {
         let flex = "CPU (burn flex)";
         let mut failed = row("quickstart", flex, f64::NAN, f64::NAN);
         failed.error = Some("out of memory".into());
         let got = compare(&[row("quickstart", flex, 600.0, 3000.0)], &[failed], MAX_SLOWDOWN);
-        assert_eq!((got[0].train_ratio, got[0].regressed), (None, false));
+        assert_eq!((got[0].train_ratio, got[0].regressed), (None, true));
+    }
+
+    /// A failed row's NaN figures are written as JSON `null`; the file must still read back.
+    #[test]
+    fn a_baseline_with_a_failed_row_reads_back() {
+        let mut failed = row("12gb", "CPU (burn flex)", f64::NAN, f64::NAN);
+        failed.error = Some("out of memory".into());
+        let json = serde_json::to_string(&[row("quickstart", "CPU (burn flex)", 600.0, 3000.0), failed]).expect("json");
+        assert!(json.contains("null"), "{json}");
+        let back: Vec<TrainBenchRow> = serde_json::from_str(&json).expect("reads back");
+        assert!(back[1].train_images_per_sec.is_nan() && back[1].error.is_some());
+        assert_eq!(back[0].train_images_per_sec, 600.0);
     }
 
     #[test]

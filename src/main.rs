@@ -11,9 +11,14 @@ fn main() -> std::process::ExitCode {
 /// default glibc serves each from a fresh `mmap` and unmaps it on free, so every step faults in
 /// and clears the same pages again and flushes TLBs (`perf`: 11% of a flex 12gb step in the
 /// kernel). With `mmap` off and trimming off, freed blocks return to the heap and the next step
-/// reuses them. `farm-bench` on `bench train -c 12gb --backends flex --steps 2`: wall 0.86x,
-/// system time 3.5 s -> 1.2 s, peak RSS unchanged (1.99 GB). The cost: the process keeps its
-/// high-water mark of host memory until it exits.
+/// reuses them. One arena: a thread's own arena (the engine thread, rayon's workers) serves
+/// requests over its 64 MiB heap size from `mmap` whatever `M_MMAP_MAX` says, so every thread
+/// shares the main heap instead (2 cores: no measurable lock contention). Measured with
+/// `farm-bench`: `bench train -c 12gb --backends flex --steps 2` (main thread) wall 0.88x, system
+/// time 3.5 s -> 1.6 s; `train -c 12gb --device cpu --max-steps 2` (the engine thread), one
+/// arena against these settings without it: wall 0.86x, system 2.4 s -> 1.2 s, peak RSS
+/// 2.25 -> 2.06 GB. The cost: the process keeps its high-water mark of host memory until it
+/// exits.
 fn keep_freed_memory() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     {
@@ -21,6 +26,7 @@ fn keep_freed_memory() {
         // SAFETY: mallopt only changes allocator parameters; it is called before any thread
         // starts, and every value is within glibc's documented range.
         unsafe {
+            libc::mallopt(libc::M_ARENA_MAX, 1);
             libc::mallopt(libc::M_MMAP_MAX, 0);
             libc::mallopt(libc::M_TRIM_THRESHOLD, libc::c_int::MAX);
             libc::mallopt(libc::M_TOP_PAD, TOP_PAD_BYTES);

@@ -20,6 +20,11 @@ fi
 python3 -c 'import torch' 2>/dev/null || python3 -m pip install --quiet torch
 python3 -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else "PyTorch sees no CUDA device")'
 
-# Which adapter vramfit will use: the benchmark must run on the card, not on a software fallback.
-target/release/vramfit devices
+# Which adapter vramfit will use: the benchmark must run on the card, not on a software fallback
+# (lavapipe / llvmpipe / SwiftShader appear when the NVIDIA Vulkan ICD is missing).
+target/release/vramfit devices | tee /tmp/vramfit-devices.txt
+if ! grep -qi nvidia /tmp/vramfit-devices.txt; then
+  echo "vramfit sees no NVIDIA adapter: install the driver's Vulkan ICD (e.g. libnvidia-gl) and the Vulkan loader (libvulkan1)" >&2
+  exit 1
+fi
 timeout 480 python3 benches/pytorch/compare.py --configs quickstart,8gb,12gb --backend gpu --device cuda --steps 20

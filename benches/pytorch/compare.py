@@ -24,7 +24,13 @@ ap.add_argument("--vramfit", default="target/release/vramfit")
 ap.add_argument("--device", default="cpu", help="PyTorch device: cpu or cuda")
 a = ap.parse_args()
 
-rows = []
+
+def mib(n):
+    return "-" if n is None else f"{n / 2**20:.0f} MiB"
+
+
+print("| config | batch | px | params | vramfit backend | PyTorch | train img/s vramfit / PyTorch | ratio | infer img/s vramfit / PyTorch | ratio | peak: vramfit measured / plan / PyTorch max_memory_allocated |")
+print("|---|---|---|---|---|---|---|---|---|---|---|", flush=True)
 for name in a.configs.split(","):
     path = f"configs/{name}.toml"
     info = subprocess.run([a.vramfit, "info", "--config", path], capture_output=True, text=True, check=True).stdout
@@ -40,19 +46,13 @@ for name in a.configs.split(","):
         if not measured:
             sys.exit(f"{name}: vramfit measured no row on backend {a.backend} (see `vramfit devices`)")
         v = measured[0]
+        if v.get("error"):
+            sys.exit(f"{name}: vramfit's row failed: {v['error']}")
     p = reference.bench(path, a.steps, 2, 10, a.device)
     plan = subprocess.run([a.vramfit, "plan", "--config", path], capture_output=True, text=True).stdout
     predicted = re.search(r"predicted peak[^0-9]*([0-9.]+ [KMG]iB)", plan)
-    rows.append((name, v, p, n, predicted.group(1) if predicted else "?"))
-
-
-def mib(n):
-    return "-" if n is None else f"{n / 2**20:.0f} MiB"
-
-
-print("| config | batch | px | params | vramfit backend | PyTorch | train img/s vramfit / PyTorch | ratio | infer img/s vramfit / PyTorch | ratio | peak: vramfit measured / plan / PyTorch max_memory_allocated |")
-print("|---|---|---|---|---|---|---|---|---|---|---|")
-for name, v, p, n, predicted in rows:
+    predicted = predicted.group(1) if predicted else "?"
     vt, pt, vi, pi = v["train_images_per_sec"], p["train_images_per_sec"], v["infer_images_per_sec"], p["infer_images_per_sec"]
+    # Each row as soon as it is measured: a run cut short by a timeout keeps what it finished.
     print(f"| {name} | {v['batch_size']} | {v['image_px']} | {n} | {v['backend']} | {p['framework']} | {vt:.1f} / {pt:.1f} | {vt / pt:.2f} "
-          f"| {vi:.1f} / {pi:.1f} | {vi / pi:.2f} | {mib(v['peak_bytes_in_use'])} / {predicted} / {mib(p['max_memory_allocated'])} |")
+          f"| {vi:.1f} / {pi:.1f} | {vi / pi:.2f} | {mib(v['peak_bytes_in_use'])} / {predicted} / {mib(p['max_memory_allocated'])} |", flush=True)

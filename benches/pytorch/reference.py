@@ -108,7 +108,9 @@ def bench(config_path, steps, warmup, classes, device):
         step()
     secs = time.perf_counter() - start
 
-    # Inference on the same batch, as vramfit's `bench train` measures it (eval mode, no grad).
+    # Inference on the same batch (eval mode, no grad). vramfit's `bench train` differs: it
+    # uploads the batch and reads the logits back on every repeat and always runs f32, so on a
+    # GPU its inference figure includes transfers that this one does not.
     model.eval()
     with torch.no_grad(), torch.autocast(device_type=device, dtype=torch.float16, enabled=amp):
         for _ in range(warmup):
