@@ -226,36 +226,52 @@ pub fn gelu_backward_f32(x: &[f32], grad: &[f32], out: &mut [f32]) {
         .for_each(|((out, x), grad)| gelu_backward_f32_serial(x, grad, out));
 }
 
-/// [`gelu_f32`] on the calling thread.
-fn gelu_f32_serial(x: &[f32], out: &mut [f32]) {
+/// The widest vector unit this CPU has that the kernels are compiled for.
+#[derive(Clone, Copy)]
+enum VectorUnit {
+    Avx512,
+    Avx2Fma,
+    Portable,
+}
+
+/// Detected once per call (std caches the CPUID answer), for both kernels.
+fn vector_unit() -> VectorUnit {
     #[cfg(target_arch = "x86_64")]
     {
         if std::arch::is_x86_feature_detected!("avx512f") {
-            // SAFETY: the CPU supports AVX-512F (checked above).
-            return unsafe { x86::gelu_avx512(x, out) };
+            return VectorUnit::Avx512;
         }
         if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
-            // SAFETY: the CPU supports AVX2 and FMA (checked above).
-            return unsafe { x86::gelu_avx2(x, out) };
+            return VectorUnit::Avx2Fma;
         }
     }
-    gelu_portable(x, out);
+    VectorUnit::Portable
+}
+
+/// [`gelu_f32`] on the calling thread.
+fn gelu_f32_serial(x: &[f32], out: &mut [f32]) {
+    match vector_unit() {
+        // SAFETY: vector_unit() answers Avx512 only when the CPU has AVX-512F.
+        #[cfg(target_arch = "x86_64")]
+        VectorUnit::Avx512 => unsafe { x86::gelu_avx512(x, out) },
+        // SAFETY: vector_unit() answers Avx2Fma only when the CPU has AVX2 and FMA.
+        #[cfg(target_arch = "x86_64")]
+        VectorUnit::Avx2Fma => unsafe { x86::gelu_avx2(x, out) },
+        _ => gelu_portable(x, out),
+    }
 }
 
 /// [`gelu_backward_f32`] on the calling thread.
 fn gelu_backward_f32_serial(x: &[f32], grad: &[f32], out: &mut [f32]) {
-    #[cfg(target_arch = "x86_64")]
-    {
-        if std::arch::is_x86_feature_detected!("avx512f") {
-            // SAFETY: the CPU supports AVX-512F (checked above).
-            return unsafe { x86::gelu_backward_avx512(x, grad, out) };
-        }
-        if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
-            // SAFETY: the CPU supports AVX2 and FMA (checked above).
-            return unsafe { x86::gelu_backward_avx2(x, grad, out) };
-        }
+    match vector_unit() {
+        // SAFETY: vector_unit() answers Avx512 only when the CPU has AVX-512F.
+        #[cfg(target_arch = "x86_64")]
+        VectorUnit::Avx512 => unsafe { x86::gelu_backward_avx512(x, grad, out) },
+        // SAFETY: vector_unit() answers Avx2Fma only when the CPU has AVX2 and FMA.
+        #[cfg(target_arch = "x86_64")]
+        VectorUnit::Avx2Fma => unsafe { x86::gelu_backward_avx2(x, grad, out) },
+        _ => gelu_backward_portable(x, grad, out),
     }
-    gelu_backward_portable(x, grad, out);
 }
 
 #[inline(always)]

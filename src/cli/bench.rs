@@ -149,19 +149,24 @@ fn compare_with_baseline(args: &BenchArgs) -> anyhow::Result<ExitCode> {
         format!("{} is not a `bench train --json` output (a list of rows): write one with `vramfit bench train --json FILE`", path.display())
     })?;
     // Only the (config, backend) pairs the baseline has: a slow pair left out of it stays out.
-    let mut pairs: Vec<(String, &str)> = Vec::new();
+    // One `bench_train` per backend, as a plain `bench train` does: the device is selected once.
+    let mut configs_by_backend: Vec<(&str, Vec<String>)> = Vec::new();
     for row in &baseline {
-        let pair = (row.config.clone(), backend_key(&row.backend));
-        if !pairs.contains(&pair) {
-            pairs.push(pair);
+        let backend = backend_key(&row.backend);
+        let names = match configs_by_backend.iter_mut().find(|(b, _)| *b == backend) {
+            Some((_, names)) => names,
+            None => &mut configs_by_backend.push_mut((backend, Vec::new())).1,
+        };
+        if !names.contains(&row.config) {
+            names.push(row.config.clone());
         }
     }
     let mut fresh = Vec::new();
-    for (name, backend) in pairs {
-        let config = super::load_config(&name)?;
+    for (backend, names) in configs_by_backend {
+        let configs = names.iter().map(|n| super::load_config(n)).collect::<crate::Result<Vec<_>>>()?;
         let backends = [backend.to_string()];
         fresh.extend(crate::bench::bench_train(
-            &[config],
+            &configs,
             &backends,
             args.device.adapter,
             args.warmup,
