@@ -128,6 +128,14 @@ pub struct DataConfig {
     pub prefetch_batches: usize,
     /// Accept class folders with no usable images (warn and skip them) instead of failing.
     pub allow_empty_classes: bool,
+    /// MiB of RAM for decoded images scaled to `load_size` (0 = none): epochs after the first
+    /// skip decoding ([`crate::image_cache`]).
+    pub cache_ram_mib: u64,
+    /// MiB of disk for decoded images scaled to `load_size` (0 = none), kept between runs.
+    pub cache_disk_mib: u64,
+    /// Folder of the disk cache ("" = `$XDG_CACHE_HOME/vramfit/images`, else
+    /// `~/.cache/vramfit/images`).
+    pub cache_dir: String,
 }
 
 impl Default for DataConfig {
@@ -142,6 +150,9 @@ impl Default for DataConfig {
             workers: 0,
             prefetch_batches: 4,
             allow_empty_classes: false,
+            cache_ram_mib: 1024,
+            cache_disk_mib: 4096,
+            cache_dir: String::new(),
         }
     }
 }

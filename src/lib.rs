@@ -25,6 +25,7 @@ pub mod fault;
 pub mod gelu;
 pub mod gui;
 pub mod idx;
+pub mod image_cache;
 pub mod image_io;
 pub mod infer;
 pub mod loader;

@@ -17,8 +17,9 @@ use rand::rngs::SmallRng;
 use crate::augment;
 use crate::config::{AugmentConfig, Config};
 use crate::dataset::{Dataset, SampleSource};
+use crate::image_cache::ImageCache;
 use crate::image_io::{self, LoadOptions};
-use crate::preprocess::PreprocessConfig;
+use crate::preprocess::{PreprocessConfig, PreprocessMode};
 
 /// Seconds spent in each stage of the input pipeline (summed over images).
 #[derive(Clone, Copy, Debug, Default, PartialEq, serde::Serialize)]
@@ -104,6 +105,8 @@ pub struct SamplePipeline {
     pub std: [f32; 3],
     /// Decoding options.
     pub load: LoadOptions,
+    /// Decoded, resized images shared across epochs (training and evaluation share one).
+    pub cache: Option<Arc<ImageCache>>,
 }
 
 impl SamplePipeline {
@@ -115,6 +118,67 @@ impl SamplePipeline {
             mean: config.data.mean,
             std: config.data.std,
             load: LoadOptions { max_pixels: config.data.max_image_pixels, alpha: config.data.alpha },
+            cache: None,
+        }
+    }
+
+    /// This pipeline reading image files through `cache`.
+    #[must_use]
+    pub fn with_cache(mut self, cache: Option<Arc<ImageCache>>) -> Self {
+        self.cache = cache;
+        self
+    }
+
+    /// What makes two pipelines' [`Self::resized`] images equal besides the file: the geometry
+    /// and decoding options (the decoded-image cache's key includes it).
+    pub fn cache_geometry(&self) -> String {
+        let (p, l) = (&self.preprocess, &self.load);
+        format!(
+            "{} load {} crop {} alpha {:?} max_pixels {}",
+            p.mode.name(),
+            p.load_size,
+            p.crop_size,
+            l.alpha,
+            l.max_pixels
+        )
+    }
+
+    /// The smallest side a decoded image needs for [`PreprocessConfig::resize_stage`] to give
+    /// the same result (up to the scaled decoder's rounding) as from the full image: JPEGs twice
+    /// as large decode at a reduced DCT scale ([`image_io::decode_image_scaled`]). Modes that
+    /// crop the decoded image itself (`crop`, `none`) need the full size.
+    pub fn decode_min_side(&self) -> u32 {
+        let p = &self.preprocess;
+        match p.mode {
+            PreprocessMode::ResizeAndCrop | PreprocessMode::ScaleWidth | PreprocessMode::ScaleWidthAndCrop => {
+                p.load_size.max(p.crop_size) as u32
+            }
+            PreprocessMode::Crop | PreprocessMode::None => u32::MAX,
+        }
+    }
+
+    /// The sample decoded and passed through [`PreprocessConfig::resize_stage`] (the
+    /// deterministic part of the geometry), from the cache when one is attached. Adds the
+    /// seconds spent decoding and resizing to `times` (nothing on a cache hit).
+    ///
+    /// # Errors
+    /// As [`Self::decode`]; a geometry failure is [`crate::Error::Preprocess`] naming the source.
+    pub fn resized(&self, source: &SampleSource, times: &mut StageTimes) -> crate::Result<Arc<RgbImage>> {
+        let mut make = || -> crate::Result<RgbImage> {
+            let t = Instant::now();
+            let img = match source {
+                SampleSource::File(path) => image_io::load_image_scaled(path, &self.load, self.decode_min_side())?,
+                SampleSource::Idx { .. } => self.decode(source)?,
+            };
+            times.decode += t.elapsed().as_secs_f64();
+            let t = Instant::now();
+            let resized = self.preprocess.resize_stage(&img).map_err(|e| in_source(source, e));
+            times.resize += t.elapsed().as_secs_f64();
+            resized
+        };
+        match (source, &self.cache) {
+            (SampleSource::File(path), Some(cache)) => cache.get_or_insert_with(path, &self.cache_geometry(), make),
+            _ => make().map(Arc::new),
         }
     }
 
@@ -155,9 +219,26 @@ impl SamplePipeline {
         rng: &mut SmallRng,
         times: &mut StageTimes,
     ) -> crate::Result<(Vec<f32>, usize, usize)> {
+        let t = Instant::now();
+        let resized = self.preprocess.resize_stage(img)?;
+        times.resize += t.elapsed().as_secs_f64();
+        self.tensor_from_resized(&resized, rng, times)
+    }
+
+    /// [`Self::tensor_from_image_timed`] from the output of [`Self::resized`]: the crop,
+    /// augmentation and normalization. Returns `([3, H, W] values, height, width)`.
+    ///
+    /// # Errors
+    /// As [`Self::tensor_from_image`].
+    pub fn tensor_from_resized(
+        &self,
+        resized: &RgbImage,
+        rng: &mut SmallRng,
+        times: &mut StageTimes,
+    ) -> crate::Result<(Vec<f32>, usize, usize)> {
         let random_crop = self.augment.as_ref().is_some_and(|a| a.random_crop);
         let t = Instant::now();
-        let img = self.preprocess.apply(img, random_crop, rng)?;
+        let img = self.preprocess.crop_stage(resized, random_crop, rng)?;
         times.resize += t.elapsed().as_secs_f64();
         let t = Instant::now();
         let (w, h) = (img.width() as usize, img.height() as usize);
@@ -194,8 +275,9 @@ impl SamplePipeline {
     /// # Errors
     /// As [`Self::decode`]; a preprocess failure becomes [`crate::Error::Preprocess`] naming the source.
     pub fn load(&self, source: &SampleSource, rng: &mut SmallRng) -> crate::Result<(Vec<f32>, usize, usize)> {
-        let img = self.decode(source)?;
-        self.tensor_from_image(&img, rng).map_err(|e| in_source(source, e))
+        let mut times = StageTimes::default();
+        let resized = self.resized(source, &mut times)?;
+        self.tensor_from_resized(&resized, rng, &mut times).map_err(|e| in_source(source, e))
     }
 }
 
@@ -223,11 +305,12 @@ fn build_batch(
     for &i in &order[start..(start + batch_size).min(order.len())] {
         let sample = &dataset.samples[i];
         let mut rng = SmallRng::seed_from_u64(seed ^ (i as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15));
-        let decoded = pipeline.decode(&sample.source).and_then(|img| {
+        let mut times = StageTimes::default();
+        let decoded = pipeline.resized(&sample.source, &mut times).and_then(|img| {
             if crate::image_io::is_flat(&img) {
                 batch.flat.push(sample.source.describe());
             }
-            pipeline.tensor_from_image(&img, &mut rng).map_err(|e| in_source(&sample.source, e))
+            pipeline.tensor_from_resized(&img, &mut rng, &mut times).map_err(|e| in_source(&sample.source, e))
         });
         match decoded {
             Ok((chw, h, w)) => {

@@ -18,6 +18,7 @@ use crate::config::Config;
 use crate::dataset::{Dataset, Sample, SampleSource};
 use crate::device::SelectedDevice;
 use crate::error::{Error, Result};
+use crate::image_cache::ImageCache;
 use crate::loader::{self, SamplePipeline, StageTimes};
 use crate::preprocess::PreprocessMode;
 
@@ -32,8 +33,14 @@ pub struct LoaderBenchRow {
     pub ms_per_image: StageTimes,
     /// Milliseconds per image to upload a batch of 16 to the device and wait for it.
     pub upload_ms_per_image: f64,
-    /// (worker threads, images per second the loader delivers).
+    /// (worker threads, images per second the loader delivers), no cache.
     pub images_per_sec: Vec<(usize, f64)>,
+    /// Milliseconds per image to decode at full size and resize (one thread): the pipeline
+    /// before scaled decoding, for comparison with `decode + resize` of `ms_per_image`.
+    pub full_decode_resize_ms: f64,
+    /// Images per second with the decoded-image cache (the most workers measured): the first
+    /// epoch (empty cache), the second (RAM), and a new run on the same folder (disk only).
+    pub cached_images_per_sec: [f64; 3],
 }
 
 /// Writes `count` JPEGs of `width` x `height` into `dir` (quality 90): a diagonal gradient per
@@ -62,7 +69,8 @@ pub fn write_photos(dir: &Path, width: u32, height: u32, count: usize, seed: u64
 }
 
 /// Measures one source set in one mode: stage times over `samples` (one thread), the upload,
-/// and the loader's throughput for each of `workers`.
+/// the loader's throughput for each of `workers`, and three passes through a decoded-image
+/// cache in `cache_dir` (an empty folder of this row's own).
 ///
 /// # Errors
 /// [`Error::Preprocess`] / [`Error::Image`] when a sample cannot be loaded; [`Error::Device`]
@@ -73,17 +81,21 @@ pub fn measure(
     config: &Config,
     device: &SelectedDevice,
     workers: &[usize],
+    cache_dir: &Path,
 ) -> Result<LoaderBenchRow> {
     let pipe = SamplePipeline::from_config(config, true);
     let mut rng = rand::rngs::SmallRng::seed_from_u64(1);
     let mut times = StageTimes::default();
+    let mut full_decode_resize = 0.0;
     for sample in &dataset.samples {
+        let resized = pipe.resized(&sample.source, &mut times)?;
+        pipe.tensor_from_resized(&resized, &mut rng, &mut times)?;
         let t = Instant::now();
-        let img = pipe.decode(&sample.source)?;
-        times.decode += t.elapsed().as_secs_f64();
-        pipe.tensor_from_image_timed(&img, &mut rng, &mut times)?;
+        pipe.preprocess.resize_stage(&pipe.decode(&sample.source)?)?;
+        full_decode_resize += t.elapsed().as_secs_f64();
     }
     let n = dataset.samples.len().max(1) as f64;
+    let full_decode_resize_ms = 1000.0 * full_decode_resize / n;
     let per_image_ms = |s: f64| 1000.0 * s / n;
     let ms_per_image = StageTimes {
         decode: per_image_ms(times.decode),
@@ -114,12 +126,37 @@ pub fn measure(
         let images: usize = loader::batches(dataset.clone(), pipe.clone(), pass.clone(), w, 4).map(|b| b.len()).sum();
         images_per_sec.push((w, images as f64 / t.elapsed().as_secs_f64().max(1e-9)));
     }
+    let cached_images_per_sec = {
+        let w = workers.iter().copied().max().unwrap_or(1);
+        let pass_rate = |pipe: SamplePipeline| {
+            let t = Instant::now();
+            let images: usize =
+                loader::batches(dataset.clone(), Arc::new(pipe), pass.clone(), w, 4).map(|b| b.len()).sum();
+            images as f64 / t.elapsed().as_secs_f64().max(1e-9)
+        };
+        let dir = cache_dir.to_path_buf();
+        let unbounded = 1u64 << 40;
+        let cache = Arc::new(ImageCache::new(unbounded, unbounded, Some(dir.clone())));
+        let with_cache = pipe.as_ref().clone().with_cache(Some(cache.clone()));
+        let first = pass_rate(with_cache.clone());
+        let second = pass_rate(with_cache);
+        let disk_only = Arc::new(ImageCache::new(0, unbounded, Some(dir)));
+        [first, second, pass_rate(pipe.as_ref().clone().with_cache(Some(disk_only)))]
+    };
     let p = &config.data.preprocess;
     let mode = match p.mode {
         PreprocessMode::None => "none".to_string(),
         m => format!("{} {}/{}", m.name(), p.load_size, p.crop_size),
     };
-    Ok(LoaderBenchRow { source: source.into(), mode, ms_per_image, upload_ms_per_image, images_per_sec })
+    Ok(LoaderBenchRow {
+        source: source.into(),
+        mode,
+        ms_per_image,
+        upload_ms_per_image,
+        images_per_sec,
+        full_decode_resize_ms,
+        cached_images_per_sec,
+    })
 }
 
 /// A dataset of `paths`, all labelled 0 (the loader needs no classes).
@@ -130,23 +167,37 @@ pub fn dataset_of(paths: Vec<std::path::PathBuf>) -> Dataset {
     }
 }
 
-/// The rows as a Markdown table (milliseconds per image; images per second per worker count).
+/// The rows as a Markdown table: milliseconds per image of each stage (decode at the scale
+/// the geometry allows), the full-size decode + resize it replaces, images per second per
+/// worker count without the cache, then the three cached passes.
 pub fn table(rows: &[LoaderBenchRow]) -> String {
     let workers: Vec<usize> =
         rows.first().map(|r| r.images_per_sec.iter().map(|(w, _)| *w).collect()).unwrap_or_default();
-    let mut s = String::from("| images | mode | decode ms | resize ms | augment ms | normalize ms | upload ms |");
+    let mut s = String::from(
+        "| images | mode | decode ms | resize ms | augment ms | normalize ms | upload ms | full decode + resize ms |",
+    );
     for w in &workers {
         s.push_str(&format!(" img/s, {w} worker{} |", if *w == 1 { "" } else { "s" }));
     }
-    s.push_str("\n|---|---|---|---|---|---|---|");
-    s.push_str(&"---|".repeat(workers.len()));
+    s.push_str(" cached epoch 1 img/s | epoch 2 (RAM) | new run (disk) |\n|---|---|---|---|---|---|---|---|");
+    s.push_str(&"---|".repeat(workers.len() + 3));
     for r in rows {
         let t = &r.ms_per_image;
         s.push_str(&format!(
-            "\n| {} | {} | {:.2} | {:.2} | {:.2} | {:.2} | {:.3} |",
-            r.source, r.mode, t.decode, t.resize, t.augment, t.normalize, r.upload_ms_per_image
+            "\n| {} | {} | {:.2} | {:.2} | {:.2} | {:.2} | {:.3} | {:.2} |",
+            r.source,
+            r.mode,
+            t.decode,
+            t.resize,
+            t.augment,
+            t.normalize,
+            r.upload_ms_per_image,
+            r.full_decode_resize_ms
         ));
         for (_, ips) in &r.images_per_sec {
+            s.push_str(&format!(" {ips:.0} |"));
+        }
+        for ips in r.cached_images_per_sec {
             s.push_str(&format!(" {ips:.0} |"));
         }
     }

@@ -140,7 +140,8 @@ impl PreprocessConfig {
         }
     }
 
-    /// Applies the geometry to one decoded image.
+    /// Applies the geometry to one decoded image: [`Self::resize_stage`], then
+    /// [`Self::crop_stage`].
     ///
     /// `rng` chooses crop positions when `random_crop` is true (training); otherwise crops are
     /// centered (evaluation and prediction).
@@ -148,41 +149,77 @@ impl PreprocessConfig {
     /// # Errors
     /// As [`Self::output_size_for`].
     pub fn apply(&self, img: &RgbImage, random_crop: bool, rng: &mut impl Rng) -> Result<RgbImage> {
+        self.crop_stage(&self.resize_stage(img)?, random_crop, rng)
+    }
+
+    /// The deterministic part of the geometry (no random choice): the image scaled to
+    /// `load_size` as the mode says, before any crop. This is what the decoded-image cache
+    /// keeps (`image_cache`), so later epochs only crop and augment.
+    ///
+    /// | mode | result |
+    /// |---|---|
+    /// | `resize_and_crop` | `load_size` x `load_size` |
+    /// | `scale_width_and_crop` | `load_size` x `max(load_size * h / w, crop_size)` |
+    /// | `scale_width` | `crop_size` x `crop_size`: width scaled, height center-cropped or padded with gray |
+    /// | `crop`, `none` | the image as decoded (`none` scales images under 4 px up to 4) |
+    ///
+    /// # Errors
+    /// As [`Self::output_size_for`].
+    pub fn resize_stage(&self, img: &RgbImage) -> Result<RgbImage> {
         let (w, h) = img.dimensions();
         let (out_w, out_h) = self.output_size_for((w, h))?;
         let load = self.load_size as u32;
-        let resized = match self.mode {
+        Ok(match self.mode {
             PreprocessMode::ResizeAndCrop => resize(img, load, load),
             PreprocessMode::Crop => img.clone(),
             PreprocessMode::ScaleWidth => {
                 let new_h = ((h as f64 * out_w as f64 / w as f64).round() as u32).max(1);
-                let scaled = resize(img, out_w, new_h);
-                return Ok(fit_height(&scaled, out_h));
+                fit_height(&resize(img, out_w, new_h), out_h)
             }
             PreprocessMode::ScaleWidthAndCrop => {
                 // CycleGAN's __scale_width: height = max(load * h / w, crop_size).
                 let new_h = ((load as f64 * h as f64 / w as f64).round() as u32).max(self.crop_size as u32);
                 resize(img, load, new_h)
             }
-            PreprocessMode::None => {
-                if (out_w, out_h) == (w, h) {
-                    return Ok(img.clone());
-                }
-                if w >= out_w && h >= out_h {
-                    img.clone()
-                } else {
-                    // Smaller than 4 pixels on a side: scale up so nothing is zero-sized.
-                    return Ok(resize(img, out_w, out_h));
-                }
-            }
-        };
-        let (rw, rh) = resized.dimensions();
-        let (x, y) = if random_crop {
+            // Smaller than the output (under 4 pixels on a side): scale up so nothing is zero-sized.
+            PreprocessMode::None if w < out_w || h < out_h => resize(img, out_w, out_h),
+            PreprocessMode::None => img.clone(),
+        })
+    }
+
+    /// The random part of the geometry on the output of [`Self::resize_stage`]: the crop to the
+    /// output size, at a random position when `random_crop` is true, else centered.
+    ///
+    /// # Errors
+    /// As [`Self::output_size_for`].
+    pub fn crop_stage(&self, resized: &RgbImage, random_crop: bool, rng: &mut impl Rng) -> Result<RgbImage> {
+        let (out_w, out_h) = self.output_size_for(resized.dimensions())?;
+        let (x, y) = self.crop_origin(resized.dimensions(), random_crop, rng)?;
+        if resized.dimensions() == (out_w, out_h) {
+            return Ok(resized.clone());
+        }
+        Ok(image::imageops::crop_imm(resized, x, y, out_w, out_h).to_image())
+    }
+
+    /// Top-left corner `(x, y)` of the crop [`Self::crop_stage`] takes from a resized image of
+    /// `resized` `(width, height)`. The cropping modes draw the corner from `rng` even when the
+    /// image is already the output size (a draw of 0), so a run's random stream does not depend
+    /// on image sizes; `scale_width` and an exact-size `none` image draw nothing.
+    ///
+    /// # Errors
+    /// As [`Self::output_size_for`].
+    pub fn crop_origin(&self, resized: (u32, u32), random_crop: bool, rng: &mut impl Rng) -> Result<(u32, u32)> {
+        let (rw, rh) = resized;
+        let (out_w, out_h) = self.output_size_for(resized)?;
+        let exact = (rw, rh) == (out_w, out_h);
+        if self.mode == PreprocessMode::ScaleWidth || (self.mode == PreprocessMode::None && exact) {
+            return Ok((0, 0));
+        }
+        Ok(if random_crop {
             (rng.random_range(0..=rw - out_w), rng.random_range(0..=rh - out_h))
         } else {
             ((rw - out_w) / 2, (rh - out_h) / 2)
-        };
-        Ok(image::imageops::crop_imm(&resized, x, y, out_w, out_h).to_image())
+        })
     }
 }
 

@@ -367,7 +367,8 @@ pub struct OverfitResult {
 
 /// Trains on 64 images (no augmentation, constant learning rate after a short warmup) for up to
 /// `steps` steps and checks the network can memorize them (>= 98% accuracy): a test of the whole
-/// pipeline, model and optimizer.
+/// pipeline, model and optimizer. It stops early once a whole pass of training batches was
+/// classified without error and an evaluation confirms the 98%.
 ///
 /// # Errors
 /// As [`train`].
@@ -400,7 +401,16 @@ pub fn overfit_check(
     // Decode the 64 images once.
     let pass = loader::Pass::in_order(ds.samples.len(), cfg.train.batch_size, cfg.seed);
     let batches: Vec<Batch> = loader::batches(ds.clone(), pipe.clone(), pass, cfg.data.workers, 2).collect();
+    let settings = eval::EvalSettings {
+        model: &cfg.model,
+        batch_size: 64,
+        precision,
+        workers: cfg.data.workers,
+        buffer_limit: device.buffer_limit(),
+    };
     let mut done = 0;
+    // Consecutive steps whose batch was classified without error (before its update).
+    let mut perfect_steps = 0;
     while done < steps {
         let batch = &batches[done % n_batches];
         let stats = match trainer.step(std::slice::from_ref(batch), false, sink) {
@@ -420,14 +430,15 @@ pub fn overfit_check(
             lr: trainer.schedule.lr(done - 1),
             images_per_sec: 0.0,
         });
+        perfect_steps = if stats.accuracy >= 1.0 { perfect_steps + 1 } else { 0 };
+        if perfect_steps >= n_batches && done < steps {
+            perfect_steps = 0;
+            let val = eval::evaluate(&trainer.model().valid(), ds.clone(), pipe.clone(), &trainer.device, &settings)?;
+            if val.top1 >= 0.98 {
+                return Ok(OverfitResult { steps: done, accuracy: val.top1, passed: true });
+            }
+        }
     }
-    let settings = eval::EvalSettings {
-        model: &cfg.model,
-        batch_size: 64,
-        precision,
-        workers: cfg.data.workers,
-        buffer_limit: device.buffer_limit(),
-    };
     let val = eval::evaluate(&trainer.model().valid(), ds, pipe, &trainer.device, &settings)?;
     Ok(OverfitResult { steps: done, accuracy: val.top1, passed: val.top1 >= 0.98 })
 }

@@ -26,7 +26,8 @@ fn bench_loader(args: &BenchArgs) -> anyhow::Result<Vec<crate::loader_bench::Loa
             let mut config = photo.clone();
             config.set(&format!("data.preprocess.mode={mode}"))?;
             eprintln!("measuring {label}, {mode}...");
-            rows.push(measure(label, dataset_of(paths.clone()), &config, &device, &args.workers)?);
+            let cache = dir.path().join(format!("cache-{w}x{h}-{mode}"));
+            rows.push(measure(label, dataset_of(paths.clone()), &config, &device, &args.workers, &cache)?);
         }
     }
     let quick = super::load_config("quickstart")?;
@@ -34,7 +35,8 @@ fn bench_loader(args: &BenchArgs) -> anyhow::Result<Vec<crate::loader_bench::Loa
     let n = (args.images * 8).min(bundled.samples.len());
     let subset =
         crate::dataset::Dataset { class_names: bundled.class_names.clone(), samples: bundled.samples[..n].to_vec() };
-    rows.push(measure("bundled Fashion-MNIST (28x28 IDX)", subset, &quick, &device, &args.workers)?);
+    let cache = dir.path().join("cache-bundled");
+    rows.push(measure("bundled Fashion-MNIST (28x28 IDX)", subset, &quick, &device, &args.workers, &cache)?);
     Ok(rows)
 }
 

@@ -169,7 +169,7 @@ fn data_folder(args: &TrainArgs, out: &Path) -> anyhow::Result<Option<PathBuf>> 
     Ok(data)
 }
 
-/// `--overfit-check`: 200 steps on 64 images; PASS when they are memorized (>= 98%).
+/// `--overfit-check`: up to 200 steps on 64 images; PASS when they are memorized (>= 98%).
 fn overfit_check(
     config: Config,
     device: SelectedDevice,

@@ -14,6 +14,25 @@ impl Config {
         self.range_problem().map_err(|message| Error::Config { source_name: source_name.to_string(), message })
     }
 
+    /// The first `[data]` value out of its range (part of [`Self::range_problem`]).
+    fn data_range_problem(&self) -> std::result::Result<(), String> {
+        let check = |ok: bool, msg: &str| if ok { Ok(()) } else { Err(msg.to_string()) };
+        let d = &self.data;
+        check((0.0..=0.5).contains(&d.val_fraction), "data.val_fraction must be in 0..=0.5")?;
+        check(d.max_image_pixels >= 1, "data.max_image_pixels must be >= 1")?;
+        check((1..=256).contains(&d.prefetch_batches), "data.prefetch_batches must be in 1..=256")?;
+        check(
+            d.cache_ram_mib <= 1 << 20,
+            "data.cache_ram_mib must be at most 1048576 (1 TiB); 0 turns the RAM cache off",
+        )?;
+        check(
+            d.cache_disk_mib <= 1 << 24,
+            "data.cache_disk_mib must be at most 16777216 (16 TiB); 0 turns the disk cache off",
+        )?;
+        check(d.workers <= 64, "data.workers must be in 0..=64 (0: one per core, up to 4)")?;
+        Ok(())
+    }
+
     /// The first value out of its range, as a one-line message naming the key.
     fn range_problem(&self) -> std::result::Result<(), String> {
         let t = &self.train;
@@ -87,16 +106,12 @@ impl Config {
                 ));
             }
         }
-        let d = &self.data;
-        check((0.0..=0.5).contains(&d.val_fraction), "data.val_fraction must be in 0..=0.5")?;
-        check(d.max_image_pixels >= 1, "data.max_image_pixels must be >= 1")?;
-        check((1..=256).contains(&d.prefetch_batches), "data.prefetch_batches must be in 1..=256")?;
-        check(d.workers <= 64, "data.workers must be in 0..=64 (0: one per core, up to 4)")?;
+        self.data_range_problem()?;
         let a = &self.augment;
         check((0.0..=1.0).contains(&a.color_jitter), "augment.color_jitter must be in 0..=1")?;
         check((0.0..=1.0).contains(&a.random_erasing), "augment.random_erasing must be in 0..=1")?;
         check(self.memory.memory_budget_bytes >= 1 << 20, "memory.memory_budget_bytes must be >= 1 MiB")?;
-        if d.preprocess.mode == PreprocessMode::None && t.batch_size > 1 {
+        if self.data.preprocess.mode == PreprocessMode::None && t.batch_size > 1 {
             // Allowed: every image is rounded to one size per batch by the loader (see preprocess).
         }
         Ok(())

@@ -28,12 +28,15 @@ pub(super) struct EpochData {
 }
 
 impl EpochData {
+    /// The run's datasets and pipelines; training and evaluation share one decoded-image cache
+    /// (their resized images are the same).
     pub(super) fn new(splits: &Splits, config: &Config) -> Self {
+        let cache = crate::image_cache::ImageCache::from_config(&config.data).map(Arc::new);
         Self {
             train: Arc::new(splits.train.clone()),
             val: Arc::new(splits.val.clone()),
-            train_pipe: Arc::new(SamplePipeline::from_config(config, true)),
-            eval_pipe: Arc::new(SamplePipeline::from_config(config, false)),
+            train_pipe: Arc::new(SamplePipeline::from_config(config, true).with_cache(cache.clone())),
+            eval_pipe: Arc::new(SamplePipeline::from_config(config, false).with_cache(cache)),
         }
     }
 }
