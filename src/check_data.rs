@@ -50,13 +50,11 @@ pub fn report(path: &std::path::Path, config: &Config, allow_empty: bool) -> Res
 /// The decoded-image cache: where it is, its size against its bounds, and how many of the
 /// dataset's files it already holds at this geometry.
 fn write_cache(s: &mut String, all: &Dataset, pipe: &SamplePipeline, config: &Config) {
-    let d = &config.data;
-    let Some(cache) = crate::image_cache::ImageCache::from_config(d) else {
-        let _ = writeln!(s, "decoded-image cache: off (data.cache_ram_mib = data.cache_disk_mib = 0)");
+    let _ = writeln!(s, "{}", crate::image_cache::summary(&config.data));
+    let Some(cache) = crate::image_cache::ImageCache::from_config(&config.data) else { return };
+    if cache.dir().is_none() {
         return;
-    };
-    let _ = writeln!(s, "decoded-image cache: up to {} MiB in RAM (data.cache_ram_mib)", d.cache_ram_mib);
-    let Some(dir) = cache.dir() else { return };
+    }
     let geometry = pipe.cache_geometry();
     let files: Vec<&std::path::Path> = all
         .samples
@@ -67,14 +65,7 @@ fn write_cache(s: &mut String, all: &Dataset, pipe: &SamplePipeline, config: &Co
         })
         .collect();
     let held = files.iter().filter(|f| cache.on_disk(f, &geometry)).count();
-    let _ = writeln!(
-        s,
-        "  on disk: {} ({:.1} of {} MiB, data.cache_disk_mib), {held} of {} image files cached at {geometry}",
-        dir.display(),
-        cache.stats().disk_bytes as f64 / f64::from(1 << 20),
-        d.cache_disk_mib,
-        files.len()
-    );
+    let _ = writeln!(s, "  {held} of {} image files cached at {geometry}", files.len());
 }
 
 /// Class count lines and the imbalance ratio of `all` (train + validation).

@@ -74,6 +74,10 @@ pub enum Event {
         secs: f64,
         /// Samples skipped this epoch (undecodable files).
         skipped: usize,
+        /// Seconds of `secs` the training loop waited for the input pipeline's next batch:
+        /// near 0 when decoding keeps up, most of the epoch when the loader sets the pace.
+        #[serde(default)]
+        data_wait_secs: f64,
     },
     /// A checkpoint was written.
     Checkpoint {

@@ -207,6 +207,25 @@ pub fn cache_dir(configured: &str) -> Option<PathBuf> {
     Some(base.join("vramfit").join("images"))
 }
 
+/// One line on the cache `data` configures: its bounds, folder and the folder's present size
+/// (what the app's setup panel shows for a folder dataset).
+pub fn summary(data: &DataConfig) -> String {
+    let mib = |b: u64| b as f64 / f64::from(1 << 20);
+    match ImageCache::from_config(data) {
+        None => "decoded-image cache off (data.cache_ram_mib and data.cache_disk_mib are 0)".into(),
+        Some(c) => match c.dir() {
+            Some(dir) => format!(
+                "decoded-image cache: {} MiB RAM; {:.1} of {} MiB on disk in {}",
+                data.cache_ram_mib,
+                mib(c.stats().disk_bytes),
+                data.cache_disk_mib,
+                dir.display()
+            ),
+            None => format!("decoded-image cache: {} MiB RAM, none on disk", data.cache_ram_mib),
+        },
+    }
+}
+
 /// Bytes of the regular files directly in `dir` (0 when it cannot be read).
 pub fn folder_bytes(dir: &Path) -> u64 {
     std::fs::read_dir(dir)

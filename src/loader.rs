@@ -500,6 +500,36 @@ mod tests {
     }
 
     #[test]
+    fn a_cached_pass_gives_the_same_batches_as_decoding_and_the_second_pass_decodes_nothing() {
+        use std::sync::Arc;
+        let dir = tempfile::tempdir().unwrap();
+        let paths = crate::loader_bench::write_photos(&dir.path().join("photos"), 640, 480, 5, 2).unwrap();
+        let dataset = Arc::new(crate::loader_bench::dataset_of(paths));
+        let mut config = crate::presets::load_config("8gb").unwrap();
+        config.set_all(&["data.preprocess.load_size=128".into(), "data.preprocess.crop_size=112".into()]).unwrap();
+        let pass = super::Pass::in_order(5, 2, 17);
+        let plain = Arc::new(super::SamplePipeline::from_config(&config, true));
+        let cache = Arc::new(crate::image_cache::ImageCache::new(1 << 30, 1 << 30, Some(dir.path().join("cache"))));
+        let cached = Arc::new(super::SamplePipeline::from_config(&config, true).with_cache(Some(cache.clone())));
+        let run = |pipe: &Arc<super::SamplePipeline>| {
+            super::batches(dataset.clone(), pipe.clone(), pass.clone(), 2, 2)
+                .map(|b| (b.images, b.labels, b.skipped.len()))
+                .collect::<Vec<_>>()
+        };
+        let want = run(&plain);
+        assert_eq!(want.iter().map(|b| b.1.len()).sum::<usize>(), 5);
+        assert_eq!(run(&cached), want, "first pass: decoded and stored");
+        assert_eq!(run(&cached), want, "second pass: from RAM");
+        let s = cache.stats();
+        assert_eq!((s.misses, s.ram_hits, s.disk_hits), (5, 5, 0));
+        // A new run on the same folder reads the disk tier.
+        let disk = Arc::new(crate::image_cache::ImageCache::new(0, 1 << 30, Some(dir.path().join("cache"))));
+        let later = Arc::new(super::SamplePipeline::from_config(&config, true).with_cache(Some(disk.clone())));
+        assert_eq!(run(&later), want, "from disk");
+        assert_eq!((disk.stats().misses, disk.stats().disk_hits), (0, 5));
+    }
+
+    #[test]
     fn split_edges_empty_one_and_more_parts_than_images() {
         assert!(batch(0).split(4).is_empty(), "an all-skipped batch yields nothing to run");
         assert_eq!(batch(5).split(1).len(), 1);

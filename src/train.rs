@@ -529,6 +529,7 @@ impl<'a> Run<'a> {
             val_accuracy: val.top1,
             secs,
             skipped: totals.skipped,
+            data_wait_secs: totals.data_wait_secs,
         });
         csv_append(
             &self.out().join(run_dir::EPOCHS_CSV),

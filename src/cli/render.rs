@@ -75,15 +75,8 @@ impl Renderer {
             Event::Memory { bytes_in_use, bytes_reserved, peak_bytes_in_use, .. } => {
                 tracing::debug!(bytes_in_use, bytes_reserved, peak_bytes_in_use, "memory sample");
             }
-            Event::EpochEnd { epoch, train_loss, train_accuracy, val_loss, val_accuracy, secs, skipped } => {
-                let skipped = if *skipped > 0 { format!(", {skipped} files skipped") } else { String::new() };
-                self.println(format!(
-                    "epoch {}: train loss {train_loss:.4} acc {:.2}% | val loss {} acc {} | {secs:.1} s{skipped}",
-                    epoch + 1,
-                    train_accuracy * 100.0,
-                    crate::eval::loss_or_na(*val_loss),
-                    crate::eval::percent_or_na(*val_accuracy)
-                ));
+            Event::EpochEnd { epoch, .. } => {
+                self.println(epoch_line(event));
                 if epoch + 1 < *epochs {
                     self.new_bar(epoch + 1, *epochs);
                 }
@@ -121,4 +114,21 @@ impl Renderer {
             b.finish_and_clear();
         }
     }
+}
+
+/// The line printed at the end of an epoch (empty for other events).
+fn epoch_line(event: &Event) -> String {
+    let Event::EpochEnd { epoch, train_loss, train_accuracy, val_loss, val_accuracy, secs, skipped, data_wait_secs } =
+        event
+    else {
+        return String::new();
+    };
+    let skipped = if *skipped > 0 { format!(", {skipped} files skipped") } else { String::new() };
+    format!(
+        "epoch {}: train loss {train_loss:.4} acc {:.2}% | val loss {} acc {} | {secs:.1} s ({data_wait_secs:.1} s waiting for data){skipped}",
+        epoch + 1,
+        train_accuracy * 100.0,
+        crate::eval::loss_or_na(*val_loss),
+        crate::eval::percent_or_na(*val_accuracy)
+    )
 }

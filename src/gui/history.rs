@@ -143,6 +143,7 @@ mod tests {
             val_accuracy: val,
             secs: 1.0,
             skipped: 0,
+            data_wait_secs: 0.1,
         };
         h.push(&end(f32::NAN));
         assert_eq!(h.loss, vec![[1.0, 2.0], [2.0, 1.0]]);

@@ -107,6 +107,8 @@ pub struct VramfitApp {
     adapters: Vec<AdapterInfo>,
     /// The data of `settings.data_dir`, or why it cannot be used.
     data: Result<Splits, String>,
+    /// The decoded-image cache's folder and size, for a folder dataset.
+    cache_summary: Option<String>,
     data_for: Option<Option<PathBuf>>,
     plan: Plan,
     plan_for: Option<Config>,
@@ -157,6 +159,7 @@ impl VramfitApp {
             settings,
             adapters,
             data: Err("not loaded".into()),
+            cache_summary: None,
             data_for: None,
             plan,
             plan_for: None,
@@ -290,6 +293,7 @@ impl VramfitApp {
             };
             self.data = dataset::open(&path, &opts).map_err(|e| e.to_string());
             self.data_for = Some(self.settings.data_dir.clone());
+            self.cache_summary = self.settings.data_dir.as_ref().map(|_| crate::image_cache::summary(&c.data));
         }
         if self.plan_for.as_ref() != Some(&self.settings.config) {
             let classes = self.data.as_ref().map_or(10, |d| d.train.class_names.len());

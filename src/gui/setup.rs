@@ -105,6 +105,9 @@ impl VramfitApp {
                         ui.label(format!("{name}: {n}"));
                     }
                 });
+                if let Some(cache) = &self.cache_summary {
+                    ui.label(cache);
+                }
                 dataset_report_ui(ui, &d.report, &self.history.skipped_files);
             }
             Err(e) => {

@@ -48,6 +48,8 @@ pub(super) struct EpochTotals {
     pub(super) correct: f64,
     pub(super) images: usize,
     pub(super) skipped: usize,
+    /// Seconds the loop waited for the loader's next batch (the device idle for want of data).
+    pub(super) data_wait_secs: f64,
 }
 
 impl Run<'_> {
@@ -65,7 +67,7 @@ impl Run<'_> {
             skip_batches: skip,
             seed: seed ^ ((epoch as u64) << 32),
         };
-        let batches = loader::batches(
+        let mut batches = loader::batches(
             data.train.clone(),
             data.train_pipe.clone(),
             pass,
@@ -76,7 +78,10 @@ impl Run<'_> {
         let mut pending: Vec<Batch> = Vec::with_capacity(self.accum);
         let mut batch_index = skip;
         let mut step_start = Instant::now();
-        for batch in batches {
+        loop {
+            let wait = Instant::now();
+            let Some(batch) = batches.next() else { break };
+            totals.data_wait_secs += wait.elapsed().as_secs_f64();
             batch_index += 1;
             for (source, reason) in &batch.skipped {
                 sink(Event::SampleSkipped { source: source.to_string(), reason: reason.to_string() });
