@@ -6,8 +6,9 @@
 //! Two tiers:
 //! - **RAM**: up to `data.cache_ram_mib`; beyond it the oldest entries leave RAM first.
 //! - **Disk**: one file per image in `data.cache_dir` (default `$XDG_CACHE_HOME/vramfit/images`
-//!   or `~/.cache/vramfit/images`), up to `data.cache_disk_mib`; when the bound is reached new
-//!   images are no longer written (nothing is evicted, so a run never rewrites what it reads).
+//!   or `~/.cache/vramfit/images`), up to `data.cache_disk_mib`. Opening the cache trims the
+//!   folder to 3/4 of the bound, least recently used entries first; during a run, once the
+//!   bound is reached, new images are no longer written (a run never evicts what it reads).
 //!
 //! An entry's key is the file's absolute path, its size in bytes, its modification time
 //! (nanoseconds) and the geometry ([`SamplePipeline::cache_geometry`](crate::loader::SamplePipeline::cache_geometry)):
@@ -16,9 +17,10 @@
 //! is a miss, never a wrong image. The cache never fails a run: a file it cannot write (disk
 //! full, read-only folder) is counted in [`CacheStats::write_errors`] and skipped.
 //!
-//! Disk entries are read with one `read` into the image buffer rather than memory-mapped: an
-//! entry (196 KiB at 256 px) is copied into the batch at once, and mapped pages would count
-//! in the process's resident memory until unmapped.
+//! Disk entries are read with one `read` whose buffer becomes the image, rather than
+//! memory-mapped: an entry (196 KiB at 256 px) is copied into the batch at once, and mapped
+//! pages would count in the process's resident memory until unmapped. Each entry carries a
+//! CRC-32 of its pixels, so a file damaged by a crash is a miss, not a black image.
 
 use std::collections::{HashMap, VecDeque};
 use std::io::Write;
@@ -31,10 +33,13 @@ use serde::Serialize;
 use crate::config::DataConfig;
 
 /// First bytes of a disk entry; the version changes when the stored image would.
-const MAGIC: &[u8; 8] = b"VFIMG\x001\n";
+const MAGIC: &[u8; 8] = b"VFIMG\x002\n";
 
-/// Bytes of a disk entry besides its key and pixels: magic, key length, width, height.
-const ENTRY_HEADER: usize = MAGIC.len() + 12;
+/// Bytes of a disk entry besides its key and pixels: magic, key length, width, height, CRC-32.
+const ENTRY_HEADER: usize = MAGIC.len() + 16;
+
+/// Name prefix of an entry being written (a killed run's leftovers are removed on open).
+const TMP_PREFIX: &str = ".tmp-";
 
 /// Hits, misses and sizes of one [`ImageCache`] since it was opened.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
@@ -73,10 +78,12 @@ struct Inner {
 
 impl ImageCache {
     /// A cache holding up to `ram_bytes` of pixels in RAM and `disk_bytes` in `dir` (`None`:
-    /// RAM only). The folder is created on first write; its present size counts against
-    /// `disk_bytes`.
+    /// RAM only). The folder is created on first write. Opening it removes a killed run's
+    /// half-written files and, when the folder holds more than 3/4 of `disk_bytes`, the entries
+    /// least recently used (by modification time, which a read renews) until it holds 3/4, so
+    /// every run has room for new images; the rest counts against `disk_bytes`.
     pub fn new(ram_bytes: u64, disk_bytes: u64, dir: Option<PathBuf>) -> Self {
-        let disk_used = dir.as_deref().map_or(0, folder_bytes);
+        let disk_used = dir.as_deref().map_or(0, |d| prune(d, disk_bytes - disk_bytes / 4));
         let stats = CacheStats { disk_bytes: disk_used, ..CacheStats::default() };
         Self {
             ram_bound: ram_bytes,
@@ -122,6 +129,13 @@ impl ImageCache {
         }
         let file = self.dir.as_ref().map(|d| d.join(format!("{:016x}.rgb", fnv1a(key.as_bytes()))));
         if let Some(img) = file.as_deref().and_then(|f| read_entry(f, &key)) {
+            // Renew the entry's age for the pruning of a later run (failure only ages it).
+            if let Some(f) = &file {
+                let _ = std::fs::File::options()
+                    .append(true)
+                    .open(f)
+                    .and_then(|h| h.set_modified(std::time::SystemTime::now()));
+            }
             let img = Arc::new(img);
             let mut inner = self.lock();
             inner.stats.disk_hits += 1;
@@ -226,13 +240,33 @@ pub fn summary(data: &DataConfig) -> String {
     }
 }
 
-/// Bytes of the regular files directly in `dir` (0 when it cannot be read).
-pub fn folder_bytes(dir: &Path) -> u64 {
-    std::fs::read_dir(dir)
-        .map(|entries| {
-            entries.flatten().filter_map(|e| e.metadata().ok()).filter(|m| m.is_file()).map(|m| m.len()).sum()
-        })
-        .unwrap_or(0)
+/// Removes `dir`'s half-written entries, then its least recently modified entries until it
+/// holds at most `keep_bytes`. Returns the bytes left (0 when the folder cannot be read).
+fn prune(dir: &Path, keep_bytes: u64) -> u64 {
+    let Ok(entries) = std::fs::read_dir(dir) else { return 0 };
+    let mut files: Vec<(std::time::SystemTime, u64, PathBuf)> = Vec::new();
+    for e in entries.flatten() {
+        let Ok(meta) = e.metadata() else { continue };
+        if !meta.is_file() {
+            continue;
+        }
+        if e.file_name().to_string_lossy().starts_with(TMP_PREFIX) {
+            let _ = std::fs::remove_file(e.path());
+            continue;
+        }
+        files.push((meta.modified().unwrap_or(std::time::UNIX_EPOCH), meta.len(), e.path()));
+    }
+    let mut total: u64 = files.iter().map(|f| f.1).sum();
+    files.sort();
+    for (_, len, path) in files {
+        if total <= keep_bytes {
+            break;
+        }
+        if std::fs::remove_file(&path).is_ok() {
+            total -= len;
+        }
+    }
+    total
 }
 
 /// `path`'s cache key: absolute path, size, modification time (ns) and `geometry`.
@@ -240,7 +274,8 @@ fn entry_key(path: &Path, geometry: &str) -> Option<String> {
     let meta = std::fs::metadata(path).ok()?;
     let mtime = meta.modified().ok()?.duration_since(std::time::UNIX_EPOCH).ok()?.as_nanos();
     let abs = std::path::absolute(path).ok()?;
-    Some(format!("{}\n{}\n{mtime}\n{geometry}", abs.display(), meta.len()))
+    // `{:?}` escapes bytes that are not UTF-8, so two such paths never share a key.
+    Some(format!("{abs:?}\n{}\n{mtime}\n{geometry}", meta.len()))
 }
 
 /// 64-bit FNV-1a (the file name only; the key inside the file is what is checked).
@@ -248,28 +283,29 @@ fn fnv1a(bytes: &[u8]) -> u64 {
     bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3))
 }
 
-/// Writes an entry (magic, key length, key, width, height, RGB pixels) through a temporary file
-/// renamed into place, so a reader never sees half an entry.
+/// Writes an entry (magic, key length, key, width, height, CRC-32 of the pixels, RGB pixels)
+/// through a temporary file renamed into place, so a reader never sees half an entry.
 fn write_entry(file: &Path, key: &str, img: &RgbImage) -> std::io::Result<()> {
     let dir = file.parent().unwrap_or(Path::new("."));
     std::fs::create_dir_all(dir)?;
-    let mut tmp = tempfile::NamedTempFile::new_in(dir)?;
+    let mut tmp = tempfile::Builder::new().prefix(TMP_PREFIX).tempfile_in(dir)?;
     let mut header = Vec::with_capacity(ENTRY_HEADER + key.len());
     header.extend_from_slice(MAGIC);
     header.extend_from_slice(&(key.len() as u32).to_le_bytes());
     header.extend_from_slice(key.as_bytes());
     header.extend_from_slice(&img.width().to_le_bytes());
     header.extend_from_slice(&img.height().to_le_bytes());
+    header.extend_from_slice(&crc32fast::hash(img.as_raw()).to_le_bytes());
     tmp.write_all(&header)?;
     tmp.write_all(img.as_raw())?;
     tmp.persist(file).map_err(|e| e.error)?;
     Ok(())
 }
 
-/// The image of an entry whose stored key is `key`; `None` for a missing, foreign, stale or
-/// short file.
+/// The image of an entry whose stored key is `key`; `None` for a missing, foreign, stale,
+/// short, long or damaged file (the pixels' CRC-32 must match).
 fn read_entry(file: &Path, key: &str) -> Option<RgbImage> {
-    let bytes = std::fs::read(file).ok()?;
+    let mut bytes = std::fs::read(file).ok()?;
     let rest = bytes.strip_prefix(MAGIC.as_slice())?;
     let (len, rest) = rest.split_first_chunk::<4>()?;
     let (stored, rest) = rest.split_at_checked(u32::from_le_bytes(*len) as usize)?;
@@ -277,8 +313,14 @@ fn read_entry(file: &Path, key: &str) -> Option<RgbImage> {
         return None;
     }
     let (w, rest) = rest.split_first_chunk::<4>()?;
-    let (h, pixels) = rest.split_first_chunk::<4>()?;
-    RgbImage::from_raw(u32::from_le_bytes(*w), u32::from_le_bytes(*h), pixels.to_vec())
+    let (h, rest) = rest.split_first_chunk::<4>()?;
+    let (crc, pixels) = rest.split_first_chunk::<4>()?;
+    let (w, h) = (u32::from_le_bytes(*w), u32::from_le_bytes(*h));
+    if pixels.len() as u64 != u64::from(w) * u64::from(h) * 3 || crc32fast::hash(pixels) != u32::from_le_bytes(*crc) {
+        return None;
+    }
+    let offset = bytes.len() - pixels.len();
+    RgbImage::from_raw(w, h, bytes.split_off(offset))
 }
 
 #[cfg(test)]
@@ -365,6 +407,47 @@ mod tests {
         let img = fresh.get_or_insert_with(&src, "g", || Ok::<_, String>(image(7, 4, 4))).unwrap();
         assert_eq!(img.get_pixel(0, 0).0[0], 7, "a truncated entry is decoded again");
         assert_eq!(fresh.stats().disk_hits, 0);
+    }
+
+    #[test]
+    fn flipped_pixel_bytes_are_a_miss() {
+        let dir = tempfile::tempdir().unwrap();
+        let src = dir.path().join("a.png");
+        std::fs::write(&src, b"x").unwrap();
+        let store = dir.path().join("cache");
+        ImageCache::new(0, 1 << 20, Some(store.clone()))
+            .get_or_insert_with(&src, "g", || Ok::<_, String>(image(1, 4, 4)))
+            .unwrap();
+        let entry = std::fs::read_dir(&store).unwrap().next().unwrap().unwrap().path();
+        let mut bytes = std::fs::read(&entry).unwrap();
+        let last = bytes.len() - 5;
+        bytes[last] ^= 0x40;
+        std::fs::write(&entry, &bytes).unwrap();
+        let fresh = ImageCache::new(0, 1 << 20, Some(store));
+        let img = fresh.get_or_insert_with(&src, "g", || Ok::<_, String>(image(8, 4, 4))).unwrap();
+        assert_eq!(img.get_pixel(0, 0).0[0], 8, "the CRC caught the damage");
+    }
+
+    #[test]
+    fn opening_trims_the_folder_to_three_quarters_oldest_first_and_drops_half_written_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = dir.path().join("cache");
+        std::fs::create_dir_all(&store).unwrap();
+        let day = std::time::Duration::from_secs(86_400);
+        for i in 0..8u64 {
+            let f = store.join(format!("{i}.rgb"));
+            std::fs::write(&f, vec![0u8; 1000]).unwrap();
+            let age = std::time::SystemTime::now() - day * (10 - i as u32);
+            std::fs::File::options().append(true).open(&f).unwrap().set_modified(age).unwrap();
+        }
+        std::fs::write(store.join(format!("{TMP_PREFIX}killed")), vec![0u8; 500]).unwrap();
+        // Bound 8000: keep 6000, so the two oldest go.
+        let cache = ImageCache::new(0, 8000, Some(store.clone()));
+        assert_eq!(cache.stats().disk_bytes, 6000);
+        let mut left: Vec<String> =
+            std::fs::read_dir(&store).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into()).collect();
+        left.sort();
+        assert_eq!(left, ["2.rgb", "3.rgb", "4.rgb", "5.rgb", "6.rgb", "7.rgb"]);
     }
 
     #[test]

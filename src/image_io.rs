@@ -85,7 +85,9 @@ pub fn decode_image(bytes: &[u8], opts: &LoadOptions) -> std::result::Result<Rgb
 /// `scaled_decode_matches_full_decode_after_the_same_resize`: at most 1 and 12).
 ///
 /// `u32::MAX` never scales. Files the scaled decoder rejects (or that make it panic) fall back
-/// to the full decode, which gives the typed fault.
+/// to the full decode, which gives the typed fault. Without its `rayon` feature, `jpeg-decoder`
+/// decodes the colour components of an image of 128 x 128 or more on threads of its own, so a
+/// loader worker briefly uses up to three threads.
 ///
 /// # Errors
 /// The [`ImageFault`] (the caller adds the file name).
@@ -133,21 +135,21 @@ fn decode_jpeg_scaled(bytes: &[u8], scale: u32) -> Option<RgbImage> {
         decoder.read_info().ok()?;
         let info = decoder.info()?;
         let want = |n: u16| u16::try_from(u32::from(n).div_ceil(scale)).ok();
-        let (w, h) = decoder.scale(want(info.width)?, want(info.height)?).ok()?;
-        let pixels = decoder.decode().ok()?;
-        let (w, h) = (u32::from(w), u32::from(h));
-        let rgb = match info.pixel_format {
-            jpeg_decoder::PixelFormat::RGB24 => pixels,
-            jpeg_decoder::PixelFormat::L8 => pixels.iter().flat_map(|&v| [v, v, v]).collect(),
+        // CMYK and 16-bit grey go to the full decode before any work is done.
+        let grey = match info.pixel_format {
+            jpeg_decoder::PixelFormat::RGB24 => false,
+            jpeg_decoder::PixelFormat::L8 => true,
             _ => return None,
         };
-        RgbImage::from_raw(w, h, rgb)
+        let (w, h) = decoder.scale(want(info.width)?, want(info.height)?).ok()?;
+        let pixels = decoder.decode().ok()?;
+        let rgb = if grey { pixels.iter().flat_map(|&v| [v, v, v]).collect() } else { pixels };
+        RgbImage::from_raw(u32::from(w), u32::from(h), rgb)
     };
+    // The image crate's decoder must accept the file too (it reads the EXIF orientation), so a
+    // file the full path calls corrupt is never trained on through this one.
+    let orientation = image::codecs::jpeg::JpegDecoder::new(Cursor::new(bytes)).ok()?.orientation().ok()?;
     let img = std::panic::catch_unwind(decode).ok()??;
-    let orientation = image::codecs::jpeg::JpegDecoder::new(Cursor::new(bytes))
-        .ok()
-        .and_then(|mut d| d.orientation().ok())
-        .unwrap_or(image::metadata::Orientation::NoTransforms);
     let mut img = DynamicImage::ImageRgb8(img);
     img.apply_orientation(orientation);
     Some(img.into_rgb8())

@@ -154,7 +154,7 @@ impl Predictor {
     /// # Errors
     /// [`Error::Image`] naming the file.
     pub fn load_image(&self, path: &Path) -> Result<RgbImage> {
-        image_io::load_image(path, &self.pipeline.load)
+        image_io::load_image_scaled(path, &self.pipeline.load, self.pipeline.decode_min_side())
     }
 }
 

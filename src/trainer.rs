@@ -397,7 +397,9 @@ pub fn overfit_check(
     let mut trainer = Trainer::new(&cfg, precision, &device.device, subset.class_names.clone(), steps, 0);
     trainer.schedule.warmup_steps = 10.min(steps);
     let ds = Arc::new(subset);
-    let pipe = Arc::new(SamplePipeline::from_config(&cfg, false));
+    // The evaluations read the 64 images from RAM after the first.
+    let ram_only = crate::image_cache::ImageCache::new(1 << 30, 0, None);
+    let pipe = Arc::new(SamplePipeline::from_config(&cfg, false).with_cache(Some(Arc::new(ram_only))));
     // Decode the 64 images once.
     let pass = loader::Pass::in_order(ds.samples.len(), cfg.train.batch_size, cfg.seed);
     let batches: Vec<Batch> = loader::batches(ds.clone(), pipe.clone(), pass, cfg.data.workers, 2).collect();
