@@ -51,10 +51,7 @@ pub fn report(path: &std::path::Path, config: &Config, allow_empty: bool) -> Res
 /// dataset's files it already holds at this geometry.
 fn write_cache(s: &mut String, all: &Dataset, pipe: &SamplePipeline, config: &Config) {
     let _ = writeln!(s, "{}", crate::image_cache::summary(&config.data));
-    let Some(cache) = crate::image_cache::ImageCache::from_config(&config.data) else { return };
-    if cache.dir().is_none() {
-        return;
-    }
+    let Some(dir) = crate::image_cache::disk_folder(&config.data) else { return };
     let geometry = pipe.cache_geometry();
     let files: Vec<&std::path::Path> = all
         .samples
@@ -64,7 +61,7 @@ fn write_cache(s: &mut String, all: &Dataset, pipe: &SamplePipeline, config: &Co
             crate::dataset::SampleSource::Idx { .. } => None,
         })
         .collect();
-    let held = files.iter().filter(|f| cache.on_disk(f, &geometry)).count();
+    let held = files.iter().filter(|f| crate::image_cache::on_disk(&dir, f, &geometry)).count();
     let _ = writeln!(s, "  {held} of {} image files cached at {geometry}", files.len());
 }
 

@@ -98,18 +98,12 @@ impl ImageCache {
         if data.cache_ram_mib == 0 && data.cache_disk_mib == 0 {
             return None;
         }
-        let dir = (data.cache_disk_mib > 0).then(|| cache_dir(&data.cache_dir)).flatten();
-        Some(Self::new(data.cache_ram_mib << 20, data.cache_disk_mib << 20, dir))
+        Some(Self::new(data.cache_ram_mib << 20, data.cache_disk_mib << 20, disk_folder(data)))
     }
 
     /// The counters so far.
     pub fn stats(&self) -> CacheStats {
         self.lock().stats
-    }
-
-    /// The folder of the disk tier, if any.
-    pub fn dir(&self) -> Option<&Path> {
-        self.dir.as_deref()
     }
 
     /// The cached image of `path` under `geometry`, or `make()`'s result, which is then cached.
@@ -127,7 +121,7 @@ impl ImageCache {
         if let Some(img) = self.ram_get(&key) {
             return Ok(img);
         }
-        let file = self.dir.as_ref().map(|d| d.join(format!("{:016x}.rgb", fnv1a(key.as_bytes()))));
+        let file = self.dir.as_deref().map(|d| entry_file(d, &key));
         if let Some(img) = file.as_deref().and_then(|f| read_entry(f, &key)) {
             // Renew the entry's age for the pruning of a later run (failure only ages it).
             if let Some(f) = &file {
@@ -162,18 +156,6 @@ impl ImageCache {
         }
         self.ram_insert(&mut inner, key, img.clone());
         Ok(img)
-    }
-
-    /// Whether the disk tier holds `path` under `geometry` (reads the entry's key only).
-    pub fn on_disk(&self, path: &Path, geometry: &str) -> bool {
-        let (Some(dir), Some(key)) = (&self.dir, entry_key(path, geometry)) else { return false };
-        let file = dir.join(format!("{:016x}.rgb", fnv1a(key.as_bytes())));
-        let Ok(mut f) = std::fs::File::open(file) else { return false };
-        let mut head = vec![0u8; MAGIC.len() + 4 + key.len()];
-        std::io::Read::read_exact(&mut f, &mut head).is_ok()
-            && head.starts_with(MAGIC)
-            && head[MAGIC.len()..MAGIC.len() + 4] == (key.len() as u32).to_le_bytes()
-            && head[MAGIC.len() + 4..] == *key.as_bytes()
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
@@ -221,23 +203,49 @@ pub fn cache_dir(configured: &str) -> Option<PathBuf> {
     Some(base.join("vramfit").join("images"))
 }
 
+/// The folder of the disk tier `data` configures, `None` when `data.cache_disk_mib` is 0 or no
+/// folder is known ([`cache_dir`]).
+pub fn disk_folder(data: &DataConfig) -> Option<PathBuf> {
+    (data.cache_disk_mib > 0).then(|| cache_dir(&data.cache_dir)).flatten()
+}
+
 /// One line on the cache `data` configures: its bounds, folder and the folder's present size
-/// (what the app's setup panel shows for a folder dataset).
+/// (what `check-data` and the app's setup panel show). Only reads the folder: opening an
+/// [`ImageCache`] would trim it.
 pub fn summary(data: &DataConfig) -> String {
-    let mib = |b: u64| b as f64 / f64::from(1 << 20);
-    match ImageCache::from_config(data) {
-        None => "decoded-image cache off (data.cache_ram_mib and data.cache_disk_mib are 0)".into(),
-        Some(c) => match c.dir() {
-            Some(dir) => format!(
-                "decoded-image cache: {} MiB RAM; {:.1} of {} MiB on disk in {}",
-                data.cache_ram_mib,
-                mib(c.stats().disk_bytes),
-                data.cache_disk_mib,
-                dir.display()
-            ),
-            None => format!("decoded-image cache: {} MiB RAM, none on disk", data.cache_ram_mib),
-        },
+    if data.cache_ram_mib == 0 && data.cache_disk_mib == 0 {
+        return "decoded-image cache off (data.cache_ram_mib and data.cache_disk_mib are 0)".into();
     }
+    match disk_folder(data) {
+        Some(dir) => format!(
+            "decoded-image cache: {} MiB RAM; {:.1} of {} MiB on disk in {}",
+            data.cache_ram_mib,
+            folder_bytes(&dir) as f64 / f64::from(1 << 20),
+            data.cache_disk_mib,
+            dir.display()
+        ),
+        None => format!("decoded-image cache: {} MiB RAM, none on disk", data.cache_ram_mib),
+    }
+}
+
+/// Whether the disk folder `dir` holds `path` under `geometry` (reads the entry's key only).
+pub fn on_disk(dir: &Path, path: &Path, geometry: &str) -> bool {
+    let Some(key) = entry_key(path, geometry) else { return false };
+    let Ok(mut f) = std::fs::File::open(entry_file(dir, &key)) else { return false };
+    let mut head = vec![0u8; MAGIC.len() + 4 + key.len()];
+    std::io::Read::read_exact(&mut f, &mut head).is_ok()
+        && head.starts_with(MAGIC)
+        && head[MAGIC.len()..MAGIC.len() + 4] == (key.len() as u32).to_le_bytes()
+        && head[MAGIC.len() + 4..] == *key.as_bytes()
+}
+
+/// Bytes of the regular files directly in `dir` (0 when it cannot be read).
+fn folder_bytes(dir: &Path) -> u64 {
+    std::fs::read_dir(dir)
+        .map(|entries| {
+            entries.flatten().filter_map(|e| e.metadata().ok()).filter(|m| m.is_file()).map(|m| m.len()).sum()
+        })
+        .unwrap_or(0)
 }
 
 /// Removes `dir`'s half-written entries, then its least recently modified entries until it
@@ -276,6 +284,11 @@ fn entry_key(path: &Path, geometry: &str) -> Option<String> {
     let abs = std::path::absolute(path).ok()?;
     // `{:?}` escapes bytes that are not UTF-8, so two such paths never share a key.
     Some(format!("{abs:?}\n{}\n{mtime}\n{geometry}", meta.len()))
+}
+
+/// The disk entry of `key` in `dir`: named by the key's hash (the file holds the whole key).
+fn entry_file(dir: &Path, key: &str) -> PathBuf {
+    dir.join(format!("{:016x}.rgb", fnv1a(key.as_bytes())))
 }
 
 /// 64-bit FNV-1a (the file name only; the key inside the file is what is checked).
@@ -348,9 +361,9 @@ mod tests {
         assert_eq!((s.misses, s.ram_hits, s.disk_hits, s.ram_bytes, s.ram_entries), (1, 1, 0, 60, 1));
         assert!(s.disk_bytes > 60, "{s:?}");
         // A later run: same folder, nothing in RAM.
-        let later = ImageCache::new(1 << 20, 1 << 20, Some(store));
+        let later = ImageCache::new(1 << 20, 1 << 20, Some(store.clone()));
         assert_eq!(later.stats().disk_bytes, s.disk_bytes);
-        assert!(later.on_disk(&src, "g") && !later.on_disk(&src, "other geometry"));
+        assert!(on_disk(&store, &src, "g") && !on_disk(&store, &src, "other geometry"));
         assert_eq!(*later.get_or_insert_with(&src, "g", never).unwrap(), *first);
         assert_eq!(later.stats().disk_hits, 1);
     }
@@ -391,26 +404,9 @@ mod tests {
         assert_eq!(cache.stats().ram_hits, 1);
     }
 
-    #[test]
-    fn a_damaged_or_foreign_entry_is_a_miss_not_an_image() {
-        let dir = tempfile::tempdir().unwrap();
-        let src = dir.path().join("a.png");
-        std::fs::write(&src, b"x").unwrap();
-        let store = dir.path().join("cache");
-        ImageCache::new(0, 1 << 20, Some(store.clone()))
-            .get_or_insert_with(&src, "g", || Ok::<_, String>(image(1, 4, 4)))
-            .unwrap();
-        let entry = std::fs::read_dir(&store).unwrap().next().unwrap().unwrap().path();
-        let bytes = std::fs::read(&entry).unwrap();
-        std::fs::write(&entry, &bytes[..bytes.len() - 1]).unwrap();
-        let fresh = ImageCache::new(0, 1 << 20, Some(store.clone()));
-        let img = fresh.get_or_insert_with(&src, "g", || Ok::<_, String>(image(7, 4, 4))).unwrap();
-        assert_eq!(img.get_pixel(0, 0).0[0], 7, "a truncated entry is decoded again");
-        assert_eq!(fresh.stats().disk_hits, 0);
-    }
-
-    #[test]
-    fn flipped_pixel_bytes_are_a_miss() {
+    /// Writes one entry, damages its file with `damage`, and returns the image a new cache on
+    /// the same folder serves (a miss decodes `image(9, ..)`) and its disk hits.
+    fn after_damage(damage: impl FnOnce(&mut Vec<u8>)) -> (RgbImage, u64) {
         let dir = tempfile::tempdir().unwrap();
         let src = dir.path().join("a.png");
         std::fs::write(&src, b"x").unwrap();
@@ -420,12 +416,28 @@ mod tests {
             .unwrap();
         let entry = std::fs::read_dir(&store).unwrap().next().unwrap().unwrap().path();
         let mut bytes = std::fs::read(&entry).unwrap();
-        let last = bytes.len() - 5;
-        bytes[last] ^= 0x40;
+        damage(&mut bytes);
         std::fs::write(&entry, &bytes).unwrap();
         let fresh = ImageCache::new(0, 1 << 20, Some(store));
-        let img = fresh.get_or_insert_with(&src, "g", || Ok::<_, String>(image(8, 4, 4))).unwrap();
-        assert_eq!(img.get_pixel(0, 0).0[0], 8, "the CRC caught the damage");
+        let img = fresh.get_or_insert_with(&src, "g", || Ok::<_, String>(image(9, 4, 4))).unwrap();
+        ((*img).clone(), fresh.stats().disk_hits)
+    }
+
+    #[test]
+    fn a_damaged_entry_is_a_miss_not_an_image() {
+        let (img, hits) = after_damage(|_| {});
+        assert_eq!((img.get_pixel(0, 0).0[0], hits), (1, 1), "an undamaged entry is read back");
+        let (img, hits) = after_damage(|b| {
+            b.pop();
+        });
+        assert_eq!((img.get_pixel(0, 0).0[0], hits), (9, 0), "a truncated entry is decoded again");
+        let (img, hits) = after_damage(|b| b.push(0));
+        assert_eq!((img.get_pixel(0, 0).0[0], hits), (9, 0), "an entry with trailing bytes is decoded again");
+        let (img, hits) = after_damage(|b| {
+            let i = b.len() - 5;
+            b[i] ^= 0x40;
+        });
+        assert_eq!((img.get_pixel(0, 0).0[0], hits), (9, 0), "the CRC caught a flipped pixel byte");
     }
 
     #[test]
