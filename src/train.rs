@@ -23,7 +23,9 @@ use crate::memory::{self, MemoryTracker, human_bytes};
 use crate::precision::LossScaler;
 use crate::run_dir;
 use crate::trainer::Trainer;
-pub use crate::trainer::{OverfitResult, measure_training, overfit_check, smoothed_cross_entropy, synthetic_batch};
+pub use crate::trainer::{
+    OverfitResult, StepMemory, measure_step_memory, measure_training, overfit_check, smoothed_cross_entropy, synthetic_batch,
+};
 
 mod epoch;
 use epoch::{EpochData, EpochTotals};

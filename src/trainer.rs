@@ -461,39 +461,92 @@ pub fn measure_training(
     steps: usize,
     sample_memory: bool,
 ) -> Result<(f64, MemoryTracker)> {
-    let precision = if config.train.precision == Precision::F16 && !device.supports_f16() {
-        Precision::F32
-    } else {
-        config.train.precision
-    };
-    let mut trainer = Trainer::new(
-        config,
-        precision,
-        &device.device,
-        (0..num_classes).map(|i| i.to_string()).collect(),
-        warmup + steps,
-        1,
-    );
-    let batch = synthetic_batch(config, num_classes);
-    let batches = vec![batch; config.train.grad_accum_steps];
-    let mut sink = |_e: Event| {};
-    let mut run = |trainer: &mut Trainer, sample: bool| -> Result<usize> {
-        match trainer.step(&batches, sample, &mut sink) {
-            Ok(s) => Ok(s.images),
-            Err(StepError::Fatal(e)) => Err(e),
-            Err(StepError::Device(m)) => Err(Error::Device(m)),
-        }
-    };
+    let (mut trainer, batches) = bench_trainer(config, device, num_classes, warmup + steps);
     for _ in 0..warmup {
-        run(&mut trainer, false)?;
+        bench_step(&mut trainer, &batches, false)?;
     }
     trainer.tracker = MemoryTracker::default();
     let start = Instant::now();
     let mut images = 0;
     for _ in 0..steps {
-        images += run(&mut trainer, sample_memory && device.is_gpu())?;
+        images += bench_step(&mut trainer, &batches, sample_memory && device.is_gpu())?;
     }
     Ok((images as f64 / start.elapsed().as_secs_f64(), trainer.tracker))
+}
+
+/// Device memory over training steps, as `vramfit bench memory` reads it.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct StepMemory {
+    /// Samples at the end of each forward pass of the steady steps.
+    pub tracker: MemoryTracker,
+    /// A probe thread's peaks over the steady steps (backward passes included).
+    pub probe: crate::memory::ProbePeaks,
+    /// Largest bytes reserved during the first step (a probe's reading): the first step at a new
+    /// shape autotunes its kernels with buffers of its own (0 without pools).
+    pub first_step_reserved_bytes: u64,
+}
+
+/// Memory of `steps` optimizer steps after one first step, as a training run sees it: the
+/// first step (which autotunes kernels at a new shape and allocates for that) is run with a
+/// probe reading its peak reservation, and the pools' free pages are handed back
+/// ([`burn::tensor::Device::memory_cleanup`], as the training loop does after its first step);
+/// then a [`crate::memory::MemoryProbe`] reads the device from its own thread during the
+/// steady steps.
+///
+/// # Errors
+/// [`Error::Device`] when the device fails.
+pub fn measure_step_memory(
+    config: &Config,
+    device: &SelectedDevice,
+    num_classes: usize,
+    steps: usize,
+) -> Result<StepMemory> {
+    let interval = std::time::Duration::from_millis(1);
+    let (mut trainer, batches) = bench_trainer(config, device, num_classes, 1 + steps);
+    let first = crate::memory::MemoryProbe::start(&device.device, interval);
+    bench_step(&mut trainer, &batches, false)?;
+    let first_step_reserved_bytes = first.map_or(0, |p| p.finish().bytes_reserved);
+    device.device.memory_cleanup();
+    trainer.tracker = MemoryTracker::default();
+    let probe = crate::memory::MemoryProbe::start(&device.device, interval);
+    let mut result = Ok(());
+    for _ in 0..steps {
+        if let Err(e) = bench_step(&mut trainer, &batches, device.is_gpu()) {
+            result = Err(e);
+            break;
+        }
+    }
+    let probe = probe.map(crate::memory::MemoryProbe::finish).unwrap_or_default();
+    result.map(|()| StepMemory { tracker: trainer.tracker, probe, first_step_reserved_bytes })
+}
+
+/// A trainer for `total_steps` steps of `config` on synthetic images, and its step's batches.
+fn bench_trainer(config: &Config, device: &SelectedDevice, num_classes: usize, total_steps: usize) -> (Trainer, Vec<Batch>) {
+    let precision = if config.train.precision == Precision::F16 && !device.supports_f16() {
+        Precision::F32
+    } else {
+        config.train.precision
+    };
+    let trainer = Trainer::new(
+        config,
+        precision,
+        &device.device,
+        (0..num_classes).map(|i| i.to_string()).collect(),
+        total_steps,
+        1,
+    );
+    let batch = synthetic_batch(config, num_classes);
+    (trainer, vec![batch; config.train.grad_accum_steps])
+}
+
+/// One optimizer step of a benchmark; returns the images it trained on.
+fn bench_step(trainer: &mut Trainer, batches: &[Batch], sample_memory: bool) -> Result<usize> {
+    let mut sink = |_e: Event| {};
+    match trainer.step(batches, sample_memory, &mut sink) {
+        Ok(s) => Ok(s.images),
+        Err(StepError::Fatal(e)) => Err(e),
+        Err(StepError::Device(m)) => Err(Error::Device(m)),
+    }
 }
 
 /// A batch of `config.train.batch_size` random normalized images with labels `i % classes`.

@@ -138,7 +138,14 @@ impl Run<'_> {
         }
         loop {
             match self.trainer.step(pending, sample_now, sink) {
-                Ok(s) => return Ok(s),
+                Ok(s) => {
+                    if self.images_trained == 0 && self.device.is_gpu() {
+                        // The first step at a new shape autotunes its kernels with buffers of
+                        // its own: their pages go back, so the run holds the plan's steady state.
+                        self.trainer.device.memory_cleanup();
+                    }
+                    return Ok(s);
+                }
                 Err(StepError::Fatal(e)) => return Err(e),
                 Err(StepError::Device(msg)) => {
                     let (micro, _) = self.micro_batch();
