@@ -14,14 +14,28 @@ pub fn hflip(chw: &mut [f32], h: usize, w: usize) {
     }
 }
 
+/// Brightness, contrast and saturation factors of [`color_jitter`], each uniform in
+/// `[1 - s, 1 + s]` (`None` when `strength` is 0: nothing is drawn).
+pub fn draw_jitter(strength: f32, rng: &mut impl Rng) -> Option<[f32; 3]> {
+    if strength <= 0.0 {
+        return None;
+    }
+    let mut factor = || rng.random_range((1.0 - strength).max(0.0)..=1.0 + strength);
+    Some([factor(), factor(), factor()])
+}
+
 /// Brightness, contrast and saturation jitter, each factor uniform in `[1 - s, 1 + s]`
 /// (torchvision `ColorJitter` semantics), on a `[3, H, W]` image in 0..1.
 pub fn color_jitter(chw: &mut [f32], h: usize, w: usize, strength: f32, rng: &mut impl Rng) {
-    if strength <= 0.0 {
-        return;
+    if let Some(factors) = draw_jitter(strength, rng) {
+        apply_jitter(chw, h, w, factors);
     }
-    let mut factor = || rng.random_range((1.0 - strength).max(0.0)..=1.0 + strength);
-    let (b, c, s) = (factor(), factor(), factor());
+}
+
+/// [`color_jitter`] with drawn `[brightness, contrast, saturation]` factors: brightness scales
+/// and clamps; contrast blends with the mean grey (ITU-R 601 luma) of the brightened image;
+/// saturation blends each pixel with its own grey; every stage clamps to 0..1.
+pub fn apply_jitter(chw: &mut [f32], h: usize, w: usize, [b, c, s]: [f32; 3]) {
     let n = h * w;
     let gray = |chw: &[f32], i: usize| 0.299 * chw[i] + 0.587 * chw[n + i] + 0.114 * chw[2 * n + i];
     for v in chw.iter_mut() {
@@ -40,11 +54,24 @@ pub fn color_jitter(chw: &mut [f32], h: usize, w: usize, strength: f32, rng: &mu
     }
 }
 
-/// Random erasing (Zhong et al. 2017): with probability `p`, one rectangle of 2-33% of the area
-/// and aspect 0.3-3.3 is set to 0 (the mean, on a normalized image).
-pub fn random_erasing(chw: &mut [f32], h: usize, w: usize, p: f32, rng: &mut impl Rng) {
+/// A rectangle of an `h x w` image: top-left `(y0, x0)`, height and width in pixels.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct EraseRect {
+    /// First row.
+    pub y0: usize,
+    /// First column.
+    pub x0: usize,
+    /// Rows.
+    pub height: usize,
+    /// Columns.
+    pub width: usize,
+}
+
+/// The rectangle [`random_erasing`] erases (Zhong et al. 2017): with probability `p`, one of
+/// 2-33% of the area and aspect 0.3-3.3, from up to 10 tries (`None`: nothing erased).
+pub fn draw_erasing(h: usize, w: usize, p: f32, rng: &mut impl Rng) -> Option<EraseRect> {
     if p <= 0.0 || rng.random::<f32>() >= p {
-        return;
+        return None;
     }
     for _ in 0..10 {
         let area = rng.random_range(0.02..0.33) * (h * w) as f32;
@@ -56,18 +83,30 @@ pub fn random_erasing(chw: &mut [f32], h: usize, w: usize, p: f32, rng: &mut imp
         }
         let y0 = rng.random_range(0..=h - eh);
         let x0 = rng.random_range(0..=w - ew);
+        return Some(EraseRect { y0, x0, height: eh, width: ew });
+    }
+    None
+}
+
+/// Random erasing: the rectangle of [`draw_erasing`] set to 0 (the mean, on a normalized image).
+pub fn random_erasing(chw: &mut [f32], h: usize, w: usize, p: f32, rng: &mut impl Rng) {
+    if let Some(r) = draw_erasing(h, w, p, rng) {
         for plane in chw.chunks_mut(h * w) {
-            for y in y0..y0 + eh {
-                plane[y * w + x0..y * w + x0 + ew].fill(0.0);
+            for y in r.y0..r.y0 + r.height {
+                plane[y * w + r.x0..y * w + r.x0 + r.width].fill(0.0);
             }
         }
-        return;
     }
+}
+
+/// Whether [`before_normalize`] flips: a coin when `cfg.hflip` (nothing drawn otherwise).
+pub fn draw_flip(cfg: &AugmentConfig, rng: &mut impl Rng) -> bool {
+    cfg.hflip && rng.random::<bool>()
 }
 
 /// The pixel-level augmentations before normalization (flip, jitter), as configured.
 pub fn before_normalize(chw: &mut [f32], h: usize, w: usize, cfg: &AugmentConfig, rng: &mut impl Rng) {
-    if cfg.hflip && rng.random::<bool>() {
+    if draw_flip(cfg, rng) {
         hflip(chw, h, w);
     }
     color_jitter(chw, h, w, cfg.color_jitter, rng);

@@ -17,6 +17,7 @@ pub mod cli;
 pub mod config;
 pub mod dataset;
 pub mod device;
+pub mod device_augment;
 pub mod error;
 pub mod eval;
 pub mod events;

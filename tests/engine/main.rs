@@ -19,6 +19,7 @@ use vramfit::train::{self, TrainRequest};
 use vramfit::{Error, idx};
 
 mod app;
+mod augment;
 mod data_faults;
 mod folders;
 mod fuzz;
