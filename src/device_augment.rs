@@ -221,7 +221,8 @@ impl DeviceAugment for CubeBackend {
         let client = pixels.client.clone();
         let shape = Shape::new([n, 3, out_h, out_w]);
         let output_handle = client.empty(shape.num_elements() * size_of::<f32>());
-        let output = CubeTensor::new_contiguous(client.clone(), pixels.device.clone(), shape, output_handle, DType::F32);
+        let output =
+            CubeTensor::new_contiguous(client.clone(), pixels.device.clone(), shape, output_handle, DType::F32);
         let bytes: Vec<u8> = params.words.iter().flat_map(|w| w.to_le_bytes()).collect();
         let params_handle = client.create_from_slice(&bytes);
         let kernel = SourceKernel::new(AugmentWgsl, CubeDim::new_1d(WORKGROUP));

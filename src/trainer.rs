@@ -521,7 +521,12 @@ pub fn measure_step_memory(
 }
 
 /// A trainer for `total_steps` steps of `config` on synthetic images, and its step's batches.
-fn bench_trainer(config: &Config, device: &SelectedDevice, num_classes: usize, total_steps: usize) -> (Trainer, Vec<Batch>) {
+fn bench_trainer(
+    config: &Config,
+    device: &SelectedDevice,
+    num_classes: usize,
+    total_steps: usize,
+) -> (Trainer, Vec<Batch>) {
     let precision = if config.train.precision == Precision::F16 && !device.supports_f16() {
         Precision::F32
     } else {

@@ -17,15 +17,22 @@ fn random_images(n: usize) -> Vec<image::RgbImage> {
 
 /// The CPU path's `[3, 32, 32]` output per image and the device path's, each image's generator
 /// seeded with its index on both paths.
-fn both_paths(pipeline: &SamplePipeline, images: &[image::RgbImage], device: &SelectedDevice) -> (Vec<Vec<f32>>, Vec<f32>, Vec<ImageAugment>) {
+fn both_paths(
+    pipeline: &SamplePipeline,
+    images: &[image::RgbImage],
+    device: &SelectedDevice,
+) -> (Vec<Vec<f32>>, Vec<f32>, Vec<ImageAugment>) {
     let seeded = |i: usize| rand::rngs::SmallRng::seed_from_u64(1000 + i as u64);
     let cpu: Vec<Vec<f32>> = images
         .iter()
         .enumerate()
         .map(|(i, img)| pipeline.tensor_from_resized(img, &mut seeded(i), &mut StageTimes::default()).unwrap().0)
         .collect();
-    let drawn: Vec<ImageAugment> =
-        images.iter().enumerate().map(|(i, img)| AugmentParams::draw(pipeline, img.dimensions(), &mut seeded(i)).unwrap()).collect();
+    let drawn: Vec<ImageAugment> = images
+        .iter()
+        .enumerate()
+        .map(|(i, img)| AugmentParams::draw(pipeline, img.dimensions(), &mut seeded(i)).unwrap())
+        .collect();
     let params = AugmentParams::new(&drawn, (40, 40), (32, 32), pipeline.mean, pipeline.std).unwrap();
     let pixels: Vec<u32> = images.iter().flat_map(|img| device_augment::pack_rgb8(img.as_raw())).collect();
     let out = device_augment::augment_batch(pixels, params, &device.device).unwrap();
@@ -86,12 +93,16 @@ fn device_augmentation_refuses_a_crop_outside_the_image_and_a_cpu_device() {
     let err = AugmentParams::new(&[a], (40, 40), (32, 32), [0.0; 3], [1.0; 3]).unwrap_err();
     assert!(err.to_string().contains("crop at (9, 0)"), "{err}");
     let erase = Some(EraseRect { y0: 30, x0: 0, height: 4, width: 4 });
-    let err = AugmentParams::new(&[ImageAugment { erase, crop_origin: (0, 0), ..a }], (40, 40), (32, 32), [0.0; 3], [1.0; 3]).unwrap_err();
+    let err =
+        AugmentParams::new(&[ImageAugment { erase, crop_origin: (0, 0), ..a }], (40, 40), (32, 32), [0.0; 3], [1.0; 3])
+            .unwrap_err();
     assert!(err.to_string().contains("erasing"), "{err}");
     assert!(AugmentParams::new(&[], (40, 40), (32, 32), [0.0; 3], [1.0; 3]).is_err());
     let cpu = device::select(DeviceChoice::Cpu(CpuBackend::Flex)).unwrap();
     assert!(!device_augment::runs_wgsl(&cpu.device));
-    let params = AugmentParams::new(&[ImageAugment { crop_origin: (0, 0), ..a }], (40, 40), (32, 32), [0.0; 3], [1.0; 3]).unwrap();
+    let params =
+        AugmentParams::new(&[ImageAugment { crop_origin: (0, 0), ..a }], (40, 40), (32, 32), [0.0; 3], [1.0; 3])
+            .unwrap();
     let err = device_augment::augment_batch(vec![0; 1600], params, &cpu.device).unwrap_err();
     assert!(err.to_string().contains("wgpu"), "{err}");
 }
