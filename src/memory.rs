@@ -11,15 +11,17 @@
 //! | f16 weight copies | `2 P` in f16 | the casts the forward pass computes with |
 //! | input batch | `4 B 3 H W` | f32 normalized images on the device |
 //! | activations | `B x sum(out_elems x saved_bytes_per_elem)` per layer | what autodiff keeps for backward (below) |
-//! | workspace | `2 x 4 B x largest layer output` | the backward pass's working set: the largest op's output gradient plus one temporary, or with checkpointing the segment recomputed from a kept convolution output |
-//! | allocator | `SMALL_POOL_PAGE + POOL_SLACK_PAGES x page_size` | the pools' reserved pages beyond the bytes in use (below) |
+//! | workspace | `1.1 x 4 B x largest layer output` with f32 checkpointing, else 0 | what the backward pass holds above the end of the forward pass: the segment recomputed from a kept convolution output ([`RECOMPUTE_TENSORS`]) |
+//! | allocator | `SMALL_POOL_PAGE + pool_slack_pages x page_size` | the pools' reserved pages beyond the bytes in use (below) |
 //!
 //! The sum of all terms but the allocator is the peak of bytes in use, reached in the backward
-//! pass. With checkpointing that peak sits above the end of the forward pass by the recomputed
-//! segment (measured with a [`MemoryProbe`] reading during the whole step: 178 -> 210 MiB for the
-//! 12gb network at batch 32, 128 px, f32, i.e. the first gradients plus 0.9 of one f32 tensor of
-//! the largest layer; without checkpointing the peak is the end of the forward pass, as the
-//! gradients are allocated while activations are freed). The workspace term covers both.
+//! pass. Measured with a [`MemoryProbe`] reading during whole steps (`vramfit bench memory
+//! --fresh`, 12gb network at 224 px, batch 4-32): without checkpointing the peak in use *is* the
+//! end of the forward pass (gradients are allocated as activations are freed), so there is no
+//! workspace; with f32 checkpointing it sits above it by the parameter gradients plus 1.0-1.07
+//! f32 tensors of the largest layer (142 -> 168 MiB at batch 8, 496 -> 582 MiB at batch 32), the
+//! recomputed segment; with f16 checkpointing the recomputed segment is f16 and the rise stayed
+//! at 1 MiB.
 //!
 //! # Page rounding
 //! What a card runs out of is reserved bytes. cubecl 0.11's default `Adaptive` memory
@@ -27,14 +29,27 @@
 //! sliced pool of 8 MiB pages ([`SMALL_POOL_PAGE`]), and carves everything larger from pages
 //! sized to the largest allocation served so far plus 1 MiB, rounded up to the MiB
 //! ([`page_size`]). Freed slices leave holes that a later, larger tensor cannot use, so the pools
-//! hold some partly used pages beyond the bytes in use: measured over `vramfit bench memory
-//! --fresh` on lavapipe (`reserved - peak in use`), that slack is 8 MiB plus 2.3-4.9 pages at
-//! 128 and 224 px (batch 8-32, f32, checkpointing off and on) and 1.2-3.6 pages of the 2 MiB minimum
-//! at 64 px. The first run at a new shape autotunes its kernels with buffers of its own (the same
-//! cell reserved 702 MiB cold and 538 MiB with cubecl's on-disk autotune cache warm); the plan
-//! covers the warm steps, and a capped run (`memory.cap_to_budget`) retries a cold step at half. The plan
-//! counts [`POOL_SLACK_PAGES`] = 5 pages: a flat percentage cannot fit both, since the slack
-//! grows with the largest tensor, not with the total.
+//! hold some partly used pages beyond the bytes in use. Measured over `vramfit bench memory -c
+//! 12gb --grid tiers --fresh` on lavapipe (`reserved - peak in use`, steady steps, 224 px,
+//! batch 4-32), that slack is 8 MiB plus, in pages of the largest tensor of the run's precision:
+//!
+//! | precision | checkpointing | slack pages measured | [`pool_slack_pages`] |
+//! |---|---|---|---|
+//! | f32 | off | 1.1-4.2 (35-84 MiB: flat in MiB, so fewer pages as pages grow) | 3.0 |
+//! | f32 | on | 3.1-4.5 (recomputed segments free and re-allocate inside the backward pass) | 3.75 |
+//! | f16 | off | 3.2 at batch 8, 4.1 at batch 16 | 3.0 |
+//! | f16 | on | 2.1 at batch 8 | 2.0 |
+//!
+//! The counts put every measured cell between 4% under and 8% over its measured reserved peak
+//! (README, "Memory"). A flat percentage cannot fit both ends, since the slack grows with the
+//! largest tensor, not with the total.
+//!
+//! The first step at a new shape autotunes its kernels with buffers of its own (the same cell
+//! reserved 702 MiB in a first run and 538 MiB once cubecl's autotune cache held its kernels).
+//! The training loop hands the pools' free pages back after its first step
+//! (`memory_cleanup`), so the run holds the steady state the plan predicts; `bench memory`
+//! reports the first step's peak apart, and a capped run (`memory.cap_to_budget`) retries a
+//! first step over the budget at half.
 //!
 //! Saved bytes per output element of a conv -> GroupNorm -> activation layer (`s` below) are what
 //! burn 0.22's autodiff keeps for backward: the convolution's input, GroupNorm's centred input
@@ -63,8 +78,20 @@ use crate::model::{LayerKind, layer_plan, param_count};
 /// tensors): one page of it is always reserved.
 pub const SMALL_POOL_PAGE: u64 = 8 << 20;
 
-/// Partly used pages the pools hold beyond the bytes in use at the peak (see "Page rounding").
-pub const POOL_SLACK_PAGES: u64 = 5;
+/// Partly used pages the pools hold beyond the bytes in use at the peak, by precision and
+/// checkpointing (see "Page rounding": fitted to the measured grid, rounded to a quarter page).
+pub fn pool_slack_pages(precision: Precision, checkpointing: bool) -> f64 {
+    match (precision, checkpointing) {
+        (_, false) => 3.0,
+        (Precision::F32, true) => 3.75,
+        (Precision::F16, true) => 2.0,
+    }
+}
+
+/// f32 tensors of the largest layer's size that the backward pass holds above the end of the
+/// forward pass and the parameter gradients when checkpointing recomputes a segment in f32
+/// (measured 1.0-1.07 at batch 4-32, 224 px; see "The estimate").
+pub const RECOMPUTE_TENSORS: f64 = 1.1;
 
 /// The page size cubecl's adaptive pools carve once a tensor of `largest_tensor` bytes has been
 /// allocated: the tensor plus 1 MiB of slack, rounded up to the MiB, at least 2 MiB
@@ -91,10 +118,13 @@ pub struct MemoryEstimate {
     pub activations_per_stage: Vec<u64>,
     /// Largest op's temporaries.
     pub workspace: u64,
-    /// Reserved bytes beyond the peak in use: one small-pool page plus [`POOL_SLACK_PAGES`] pages
-    /// of [`page_size`].
+    /// Reserved bytes beyond the peak in use: one small-pool page plus
+    /// [`pool_slack_pages`] pages of [`page_size`].
     pub allocator_overhead: u64,
-    /// The pools' page size for this run ([`page_size`] of the largest tensor).
+    /// The pages counted in `allocator_overhead` ([`pool_slack_pages`]).
+    pub pool_slack_pages: f64,
+    /// The pools' page size for this run ([`page_size`] of the largest activation-sized tensor
+    /// in the training precision, or of the f32 input batch when that is larger).
     pub page_size: u64,
     /// Bytes in use at the peak, inside the backward pass: every term but the allocator's.
     pub peak_in_use: u64,
@@ -157,14 +187,20 @@ pub fn estimate(config: &Config, batch_size: usize, num_classes: usize) -> Memor
     let optimizer_state = 8 * p;
     let weight_casts = if precision == Precision::F16 { 2 * p } else { 0 };
     let largest_tensor = (4 * b * largest_out).max(input_batch);
-    let workspace = 2 * 4 * b * largest_out;
+    let workspace = if config.train.checkpointing && precision == Precision::F32 {
+        (RECOMPUTE_TENSORS * (4 * b * largest_out) as f64) as u64
+    } else {
+        0
+    };
     let activations: u64 = activations_per_stage.iter().sum();
     let accumulation_buffer = gradients - 4 * p;
     let in_use_after_forward =
         parameters + optimizer_state + accumulation_buffer + weight_casts + input_batch + activations;
     let peak_in_use = parameters + gradients + optimizer_state + weight_casts + input_batch + activations + workspace;
-    let page_size = page_size(largest_tensor);
-    let allocator_overhead = SMALL_POOL_PAGE + POOL_SLACK_PAGES * page_size;
+    let activation_bytes = if precision == Precision::F16 { 2 } else { 4 };
+    let page_size = page_size((activation_bytes * b * largest_out).max(input_batch));
+    let slack_pages = pool_slack_pages(precision, config.train.checkpointing);
+    let allocator_overhead = SMALL_POOL_PAGE + (slack_pages * page_size as f64) as u64;
     MemoryEstimate {
         in_use_after_forward,
         parameters,
@@ -175,6 +211,7 @@ pub fn estimate(config: &Config, batch_size: usize, num_classes: usize) -> Memor
         activations_per_stage,
         workspace,
         allocator_overhead,
+        pool_slack_pages: slack_pages,
         page_size,
         peak_in_use,
         total: peak_in_use + allocator_overhead,

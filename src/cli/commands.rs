@@ -222,10 +222,7 @@ pub fn plan_report(config: &Config, p: &memory::Plan) -> String {
     }
     row("workspace (backward pass)", e.workspace);
     row("peak in use", e.peak_in_use);
-    row(
-        &format!("pool pages (8 MiB + {} x {})", memory::POOL_SLACK_PAGES, human_bytes(e.page_size)),
-        e.allocator_overhead,
-    );
+    row(&format!("pool pages (8 MiB + {} x {})", e.pool_slack_pages, human_bytes(e.page_size)), e.allocator_overhead);
     s.push_str(&format!("  {:<36}{:>12}\n", "predicted peak (reserved)", human_bytes(e.total)));
     s.push_str(&format!("budget {}: {}\n", human_bytes(p.budget_bytes), p.verdict()));
     let effective = config.train.batch_size * config.train.grad_accum_steps;
