@@ -10,7 +10,7 @@
 //!
 //! # Inputs and outputs
 //! - `pixels`: `[N, src_h, src_w]` u32, each pixel `r | g << 8 | b << 16` (the images of a batch
-//!   share one size: the preprocess modes with a fixed `load_size` square).
+//!   share one size, as the resized images of `resize_and_crop` and `scale_width` do).
 //! - `params`: [`PARAMS_HEADER`] words, then [`PARAMS_PER_IMAGE`] words per image (layout in the
 //!   WGSL file's header; f32 values are stored as their bits).
 //! - output: `[N, 3, out_h, out_w]` f32, normalized `(v - mean) / std`, on the inner
@@ -80,6 +80,11 @@ impl AugmentParams {
         }
         if out.0 == 0 || out.1 == 0 || out.0 > src.0 || out.1 > src.1 || src.1 > 0xffff || src.0 > 0xffff {
             return Err(bad(format!("output {out:?} from sources {src:?}")));
+        }
+        // The kernel indexes in u32.
+        let elements = |hw: (usize, usize)| images.len() as u64 * 3 * hw.0 as u64 * hw.1 as u64;
+        if elements(src).max(elements(out)) > u64::from(u32::MAX) {
+            return Err(bad(format!("{} images of {src:?} are over the kernel's 32-bit indices", images.len())));
         }
         let mut words = vec![0u32; PARAMS_HEADER + PARAMS_PER_IMAGE * images.len()];
         words[..6].copy_from_slice(&[

@@ -14,8 +14,9 @@
 //! | workspace | `1.1 x 4 B x largest layer output` with f32 checkpointing, else 0 | what the backward pass holds above the end of the forward pass: the segment recomputed from a kept convolution output ([`RECOMPUTE_TENSORS`]) |
 //! | allocator | `SMALL_POOL_PAGE + pool_slack_pages x page_size` | the pools' reserved pages beyond the bytes in use (below) |
 //!
-//! The sum of all terms but the allocator is the peak of bytes in use, reached in the backward
-//! pass. Measured with a [`MemoryProbe`] reading during whole steps (`vramfit bench memory
+//! The sum of all terms but the allocator is the peak of bytes in use (without checkpointing the
+//! true peak is the end of the forward pass, before the gradients exist: the plan still counts
+//! them, 4 P, which is on the safe side by a few MiB). Measured with a [`MemoryProbe`] reading during whole steps (`vramfit bench memory
 //! --fresh`, 12gb network at 224 px, batch 4-32): without checkpointing the peak in use *is* the
 //! end of the forward pass (gradients are allocated as activations are freed), so there is no
 //! workspace; with f32 checkpointing it sits above it by the parameter gradients plus 1.0-1.07
@@ -116,7 +117,8 @@ pub struct MemoryEstimate {
     pub input_batch: u64,
     /// Activations kept for backward, per stage (index 0 = stem; the head is last).
     pub activations_per_stage: Vec<u64>,
-    /// Largest op's temporaries.
+    /// What the backward pass holds above the end of the forward pass and the parameter
+    /// gradients: the recomputed segment with f32 checkpointing, else 0.
     pub workspace: u64,
     /// Reserved bytes beyond the peak in use: one small-pool page plus
     /// [`pool_slack_pages`] pages of [`page_size`].

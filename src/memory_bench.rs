@@ -165,14 +165,17 @@ pub struct MemoryBenchRow {
     pub measured_reserved_bytes: u64,
     /// Largest bytes in use at the end of a forward pass.
     pub measured_in_use_bytes: u64,
-    /// Largest bytes reserved during the first step, before the pools' free pages were handed
-    /// back: the first step at a new shape autotunes with buffers of its own (not in the plan).
+    /// Largest bytes reserved a probe read during the first step, before the pools' free pages
+    /// were handed back (the first step at a new shape autotunes with buffers of its own). The
+    /// probe reads between the device's operations and misses peaks inside the first step (747
+    /// MiB read for a batch-32 step holding 1.81 GiB): a lower bound only.
     #[serde(default)]
     pub first_step_reserved_bytes: u64,
     /// Largest bytes in use read by the probe during the steps (backward included).
     pub measured_peak_in_use_bytes: u64,
     /// The pools' high-water mark: sum of page size x peak pages over the pools (an upper bound,
-    /// counting pages that were never held at the same time).
+    /// counting pages that were never held at the same time; the first step included, as the
+    /// pools keep their peak counts through a cleanup).
     pub pools_high_water_bytes: u64,
     /// Measured activations: bytes in use after forward minus the terms that are not activations
     /// (parameters, AdamW state, f16 weight copies, input: exact sizes).

@@ -481,8 +481,9 @@ pub struct StepMemory {
     pub tracker: MemoryTracker,
     /// A probe thread's peaks over the steady steps (backward passes included).
     pub probe: crate::memory::ProbePeaks,
-    /// Largest bytes reserved during the first step (a probe's reading): the first step at a new
-    /// shape autotunes its kernels with buffers of its own (0 without pools).
+    /// Largest bytes reserved a probe read during the first step (the first step at a new shape
+    /// autotunes its kernels with buffers of its own; 0 without pools). A lower bound: the probe
+    /// reads between the device's operations.
     pub first_step_reserved_bytes: u64,
 }
 

@@ -107,6 +107,13 @@ impl Run<'_> {
                 continue;
             }
             self.record_step(&stats, secs, sample_now, &mut totals, sink)?;
+            if self.images_trained == stats.images && self.device.is_gpu() {
+                // The first step at a new shape autotunes its kernels with buffers of its own:
+                // their pages go back and the step's readings are dropped, so the run holds,
+                // and is measured against the budget at, the plan's steady state.
+                self.trainer.device.memory_cleanup();
+                self.trainer.tracker = MemoryTracker::default();
+            }
             if sample_now && !self.config.memory.cap_to_budget {
                 // Under a cap the next step's own check fails it instead, as the card would.
                 self.hold_budget(sink);
@@ -138,14 +145,7 @@ impl Run<'_> {
         }
         loop {
             match self.trainer.step(pending, sample_now, sink) {
-                Ok(s) => {
-                    if self.images_trained == 0 && self.device.is_gpu() {
-                        // The first step at a new shape autotunes its kernels with buffers of
-                        // its own: their pages go back, so the run holds the plan's steady state.
-                        self.trainer.device.memory_cleanup();
-                    }
-                    return Ok(s);
-                }
+                Ok(s) => return Ok(s),
                 Err(StepError::Fatal(e)) => return Err(e),
                 Err(StepError::Device(msg)) => {
                     let (micro, _) = self.micro_batch();

@@ -47,6 +47,11 @@ fn largest_difference(pipeline: &SamplePipeline, cpu: &[Vec<f32>], device: &[f32
     for (i, image) in cpu.iter().enumerate() {
         for (j, &v) in image.iter().enumerate() {
             let d = (v - device[i * 3 * plane + j]).abs() * pipeline.std[j / plane];
+            assert!(
+                d <= 1.0 / 255.0,
+                "image {i}, element {j}: {v} vs {} (NaN fails here too)",
+                device[i * 3 * plane + j]
+            );
             worst = worst.max(d);
         }
     }

@@ -142,7 +142,8 @@ fn card_of(budget: u64) {
             },
             &StopSignal::new(),
         );
-        // Reserved bytes sampled in the steps after the first (metrics.csv column 8).
+        // Reserved bytes of the steps after the first (metrics.csv column 8: the peak since the
+        // first step, whose readings the run drops with the pages it autotuned with).
         let rows = std::fs::read_to_string(dir.path().join(name).join("metrics.csv")).unwrap_or_default();
         let reserved_after_first: Vec<u64> =
             rows.lines().skip(2).map(|l| l.split(',').nth(7).unwrap().parse().unwrap()).collect();
@@ -161,7 +162,8 @@ fn card_of(budget: u64) {
         let (s, retries, reserved) = run(config, name, auto_fit);
         let s = s.unwrap();
         assert_eq!(s.global_step, 2, "{name}");
-        assert!(retries.iter().all(|(steps, _)| *steps == 0), "{name}: a retry after the first step: {retries:?}");
+        // At most one retry, in the first step (autotuning at a new shape).
+        assert!(retries.len() <= 1 && retries.iter().all(|(steps, _)| *steps == 0), "{name}: {retries:?}");
         assert!(!reserved.is_empty() && reserved.iter().all(|&r| r <= budget), "{name}: reserved {reserved:?}");
         // The effective batch is kept, or exceeded by less than one micro-batch when it has no
         // divisor near the fit (a prime: `memory::Plan::fit_batch_size`).
