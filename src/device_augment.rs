@@ -17,7 +17,8 @@
 //!   (non-autodiff) device; the op has no gradient.
 //!
 //! Only a wgpu device compiling WGSL runs the kernel ([`runs_wgsl`]); other devices keep the CPU
-//! path. Training does not use this path yet (the loader still uploads f32 batches).
+//! path. Training uses it when `augment.on_device` is set ([`augments_on_device`]): the loader
+//! packs each batch ([`crate::loader::PackedImages`]) and the training step launches the kernel.
 
 use burn::backend::tensor::{FloatTensor, IntTensor};
 use burn::backend::wgpu::{CubeBackend, CubeTensor, KernelSource, SourceKernel, SourceTemplate};
@@ -167,6 +168,13 @@ pub fn runs_wgsl(device: &Device) -> bool {
         DispatchDevice::Cube(cube) => cube.client().name() == "wgpu<wgsl>",
         _ => false,
     }
+}
+
+/// Whether a run of `config` on `device` augments on the device: `augment.on_device` is set and
+/// the device runs the kernel ([`runs_wgsl`]). Batches whose images differ in size still go
+/// through the CPU path.
+pub fn augments_on_device(config: &crate::config::Config, device: &Device) -> bool {
+    config.augment.on_device && runs_wgsl(device)
 }
 
 /// Augments and normalizes a batch on `device`: `pixels` are `[N, src_h, src_w]` packed as

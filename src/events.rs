@@ -29,6 +29,10 @@ pub enum Event {
         /// The micro-batch and its accumulation steps (a resumed run keeps its halvings).
         #[serde(default)]
         micro_batch: (usize, usize),
+        /// Training batches are cropped, augmented and normalized on the device
+        /// (`shaders/augment_rgb8.wgsl`) rather than by the loader's CPU workers.
+        #[serde(default)]
+        augment_on_device: bool,
     },
     /// One optimizer step finished.
     Step {
@@ -44,6 +48,10 @@ pub enum Event {
         lr: f64,
         /// Training images per second over the step.
         images_per_sec: f64,
+        /// Seconds of the step spent waiting for the loader's batches: the device idle for want
+        /// of data (0 when the prefetch queue kept up).
+        #[serde(default)]
+        data_wait_secs: f64,
     },
     /// A device-memory sample (taken every `memory_sample_every` steps; it synchronizes).
     Memory {

@@ -17,6 +17,7 @@ use rand::rngs::SmallRng;
 use crate::augment;
 use crate::config::{AugmentConfig, Config};
 use crate::dataset::{Dataset, SampleSource};
+use crate::device_augment::{self, AugmentParams, ImageAugment};
 use crate::image_cache::ImageCache;
 use crate::image_io::{self, LoadOptions};
 use crate::preprocess::{PreprocessConfig, PreprocessMode};
@@ -49,6 +50,34 @@ pub struct Batch {
     pub skipped: Vec<(String, String)>,
     /// Samples that decoded to one flat colour (trained on, but worth a warning): sources.
     pub flat: Vec<String>,
+    /// The batch as 8-bit source images for the device's augmentation kernel
+    /// ([`SamplePipeline::on_device`]); `images` is then empty and the training step crops,
+    /// augments and normalizes on the device ([`crate::device_augment`]).
+    pub packed: Option<PackedImages>,
+}
+
+/// A batch's resized images before crop, augmentation and normalization, as
+/// [`crate::device_augment::augment_batch`] takes them.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PackedImages {
+    /// `[batch, src_h, src_w]` pixels packed by [`crate::device_augment::pack_rgb8`].
+    pub pixels: Vec<u32>,
+    /// `(height, width)` of every source image, in pixels.
+    pub src: (usize, usize),
+    /// Each image's crop, flip, jitter and erasing, drawn on the CPU from the sample's
+    /// generator as the CPU path draws them.
+    pub augments: Vec<ImageAugment>,
+}
+
+impl PackedImages {
+    /// The kernel's parameters for these images cropped to `out` `(height, width)`, normalized
+    /// with `mean` and `std`.
+    ///
+    /// # Errors
+    /// As [`AugmentParams::new`].
+    pub fn params(&self, out: (usize, usize), mean: [f32; 3], std: [f32; 3]) -> crate::Result<AugmentParams> {
+        AugmentParams::new(&self.augments, self.src, out, mean, std)
+    }
 }
 
 impl Batch {
@@ -69,13 +98,22 @@ impl Batch {
             .step_by(per)
             .map(|start| {
                 let end = (start + per).min(n);
+                let packed = self.packed.as_ref().map(|p| {
+                    let src_elems = p.src.0 * p.src.1;
+                    PackedImages {
+                        pixels: p.pixels[start * src_elems..end * src_elems].to_vec(),
+                        src: p.src,
+                        augments: p.augments[start..end].to_vec(),
+                    }
+                });
                 Batch {
-                    images: self.images[start * elems..end * elems].to_vec(),
+                    images: if packed.is_some() { vec![] } else { self.images[start * elems..end * elems].to_vec() },
                     labels: self.labels[start..end].to_vec(),
                     height: self.height,
                     width: self.width,
                     skipped: vec![],
                     flat: vec![],
+                    packed,
                 }
             })
             .collect()
@@ -107,6 +145,10 @@ pub struct SamplePipeline {
     pub load: LoadOptions,
     /// Decoded, resized images shared across epochs (training and evaluation share one).
     pub cache: Option<Arc<ImageCache>>,
+    /// Batches go to the device as 8-bit images with their drawn augmentation
+    /// ([`Batch::packed`]) when their resized images share one size; the training step runs
+    /// `shaders/augment_rgb8.wgsl` on them. Set by [`Self::on_device`].
+    pub on_device: bool,
 }
 
 impl SamplePipeline {
@@ -119,7 +161,17 @@ impl SamplePipeline {
             std: config.data.std,
             load: LoadOptions { max_pixels: config.data.max_image_pixels, alpha: config.data.alpha },
             cache: None,
+            on_device: false,
         }
+    }
+
+    /// This pipeline handing batches to the device's augmentation kernel when `on_device`
+    /// (see [`Self::on_device`](field@Self::on_device); the caller checks that the device runs it,
+    /// [`crate::device_augment::runs_wgsl`]).
+    #[must_use]
+    pub fn with_device_augment(mut self, on_device: bool) -> Self {
+        self.on_device = on_device;
+        self
     }
 
     /// This pipeline reading image files through `cache`.
@@ -291,7 +343,9 @@ fn in_source(source: &SampleSource, e: crate::Error) -> crate::Error {
     }
 }
 
-/// Builds batch `b` of `order` (indices into `dataset`).
+/// Builds batch `b` of `order` (indices into `dataset`): each sample decoded (or read from the
+/// cache) and resized, then cropped, augmented and normalized here, or packed for the device
+/// when the pipeline runs [`SamplePipeline::on_device`] and the batch's images share one size.
 fn build_batch(
     dataset: &Dataset,
     pipeline: &SamplePipeline,
@@ -302,16 +356,33 @@ fn build_batch(
 ) -> Batch {
     let mut batch = Batch::default();
     let start = b * batch_size;
+    // Each sample's generator depends on the pass seed and the sample alone, not on the thread,
+    // the batch or the path (CPU or device) that uses it.
+    let rng_of = |i: usize| SmallRng::seed_from_u64(seed ^ (i as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15));
+    let mut resized = Vec::with_capacity(batch_size);
     for &i in &order[start..(start + batch_size).min(order.len())] {
         let sample = &dataset.samples[i];
-        let mut rng = SmallRng::seed_from_u64(seed ^ (i as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15));
-        let mut times = StageTimes::default();
-        let decoded = pipeline.resized(&sample.source, &mut times).and_then(|img| {
-            if crate::image_io::is_flat(&img) {
-                batch.flat.push(sample.source.describe());
+        match pipeline.resized(&sample.source, &mut StageTimes::default()) {
+            Ok(img) => {
+                if crate::image_io::is_flat(&img) {
+                    batch.flat.push(sample.source.describe());
+                }
+                resized.push((i, img));
             }
-            pipeline.tensor_from_resized(&img, &mut rng, &mut times).map_err(|e| in_source(&sample.source, e))
-        });
+            Err(reason) => batch.skipped.push((sample.source.describe(), reason.to_string())),
+        }
+    }
+    if pipeline.on_device
+        && let Some(packed) = pack_for_device(dataset, pipeline, &resized, &rng_of, &mut batch)
+    {
+        batch.packed = Some(packed);
+        return batch;
+    }
+    for (i, img) in resized {
+        let sample = &dataset.samples[i];
+        let decoded = pipeline
+            .tensor_from_resized(&img, &mut rng_of(i), &mut StageTimes::default())
+            .map_err(|e| in_source(&sample.source, e));
         match decoded {
             Ok((chw, h, w)) => {
                 if batch.labels.is_empty() {
@@ -330,6 +401,41 @@ fn build_batch(
         }
     }
     batch
+}
+
+/// The batch's `resized` images packed for the device's augmentation kernel, with each
+/// sample's augmentation drawn from its generator, and `batch`'s labels and output size set.
+/// `None` (and `batch` untouched) when the images differ in size or the kernel cannot take them
+/// (an output larger than its source, as mode `none` gives when it rounds a size up): the batch
+/// is then built on the CPU, which handles both.
+fn pack_for_device(
+    dataset: &Dataset,
+    pipeline: &SamplePipeline,
+    resized: &[(usize, Arc<RgbImage>)],
+    rng_of: &dyn Fn(usize) -> SmallRng,
+    batch: &mut Batch,
+) -> Option<PackedImages> {
+    let (_, first) = resized.first()?;
+    let (w, h) = first.dimensions();
+    if resized.iter().any(|(_, img)| img.dimensions() != (w, h)) {
+        return None;
+    }
+    let (out_w, out_h) = pipeline.preprocess.output_size_for((w, h)).ok()?;
+    let augments: Vec<ImageAugment> = resized
+        .iter()
+        .map(|(i, _)| AugmentParams::draw(pipeline, (w, h), &mut rng_of(*i)))
+        .collect::<crate::Result<_>>()
+        .ok()?;
+    let packed = PackedImages {
+        pixels: resized.iter().flat_map(|(_, img)| device_augment::pack_rgb8(img.as_raw())).collect(),
+        src: (h as usize, w as usize),
+        augments,
+    };
+    // The kernel's own checks (crops and rectangles inside their images, batch size).
+    packed.params((out_h as usize, out_w as usize), pipeline.mean, pipeline.std).ok()?;
+    (batch.height, batch.width) = (out_h as usize, out_w as usize);
+    batch.labels = resized.iter().map(|(i, _)| dataset.samples[*i].label as i64).collect();
+    Some(packed)
 }
 
 /// Iterator over the batches of one pass, in order, built by worker threads.

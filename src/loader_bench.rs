@@ -31,8 +31,14 @@ pub struct LoaderBenchRow {
     pub mode: String,
     /// Milliseconds of CPU per image in each stage (one thread, training pipeline).
     pub ms_per_image: StageTimes,
-    /// Milliseconds per image to upload a batch of 16 to the device and wait for it.
+    /// Milliseconds per image to upload a batch of 16 to the device and wait for it (f32, after
+    /// the CPU's augmentation and normalization).
     pub upload_ms_per_image: f64,
+    /// Milliseconds per image to upload the same batch as 8-bit pixels and crop, augment and
+    /// normalize it on the device (`shaders/augment_rgb8.wgsl`), synchronized: what replaces
+    /// the CPU's augment, normalize and f32 upload when `augment.on_device` is on. `None` where
+    /// the device does not run the kernel.
+    pub device_augment_ms_per_image: Option<f64>,
     /// (worker threads, images per second the loader delivers), no cache.
     pub images_per_sec: Vec<(usize, f64)>,
     /// Milliseconds per image to decode at full size and resize (one thread): the pipeline
@@ -41,6 +47,59 @@ pub struct LoaderBenchRow {
     /// Images per second with the decoded-image cache (the most workers measured): the first
     /// epoch (empty cache), the second (RAM), and a new run on the same folder (disk only).
     pub cached_images_per_sec: [f64; 3],
+}
+
+/// Milliseconds per image to upload the first batch of `pass` as f32 (NaN for an empty batch),
+/// and to upload it packed and augment it on the device (`None` where the device does not run
+/// the kernel), both synchronized.
+fn time_uploads(
+    dataset: &Arc<Dataset>,
+    pipe: &Arc<SamplePipeline>,
+    pass: &loader::Pass,
+    config: &Config,
+    device: &SelectedDevice,
+) -> Result<(f64, Option<f64>)> {
+    let first = loader::batches(dataset.clone(), pipe.clone(), pass.clone(), 1, 2).next();
+    let upload_ms_per_image = match first {
+        Some(batch) if !batch.is_empty() => {
+            let images = batch.len();
+            let t = Instant::now();
+            let (x, labels) = crate::eval::batch_tensors(batch, &device.device);
+            device.device.sync().map_err(|e| Error::device(&e))?;
+            drop((x, labels));
+            1000.0 * t.elapsed().as_secs_f64() / images as f64
+        }
+        _ => f64::NAN,
+    };
+    if !crate::device_augment::runs_wgsl(&device.device) {
+        return Ok((upload_ms_per_image, None));
+    }
+    let on_device = Arc::new(pipe.as_ref().clone().with_device_augment(true));
+    let packed = loader::batches(dataset.clone(), on_device, pass.clone(), 1, 2).next();
+    Ok((upload_ms_per_image, time_device_augment(packed, config, &device.device)?))
+}
+
+/// Milliseconds per image of a packed batch's upload and augmentation on the device (the
+/// kernel compiled by a first, untimed launch), synchronized; `None` when the loader did not
+/// pack the batch (images of different sizes).
+fn time_device_augment(
+    batch: Option<loader::Batch>,
+    config: &Config,
+    device: &burn::tensor::Device,
+) -> Result<Option<f64>> {
+    let Some(batch) = batch else { return Ok(None) };
+    let Some(packed) = batch.packed.as_ref() else { return Ok(None) };
+    let params = packed.params((batch.height, batch.width), config.data.mean, config.data.std)?;
+    let run = || -> Result<()> {
+        let out = crate::device_augment::augment_batch(packed.pixels.clone(), params.clone(), device)?;
+        device.sync().map_err(|e| Error::device(&e))?;
+        drop(out);
+        Ok(())
+    };
+    run()?;
+    let t = Instant::now();
+    run()?;
+    Ok(Some(1000.0 * t.elapsed().as_secs_f64() / batch.len() as f64))
 }
 
 /// Writes `count` JPEGs of `width` x `height` into `dir` (quality 90): a diagonal gradient per
@@ -107,19 +166,7 @@ pub fn measure(
     let pipe = Arc::new(pipe);
     let batch_size = 16.min(dataset.samples.len()).max(1);
     let pass = loader::Pass::in_order(dataset.samples.len(), batch_size, 7);
-    // Upload: the first batch, to the device, synchronized.
-    let first = loader::batches(dataset.clone(), pipe.clone(), pass.clone(), 1, 2).next();
-    let upload_ms_per_image = match first {
-        Some(batch) if !batch.is_empty() => {
-            let images = batch.len();
-            let t = Instant::now();
-            let (x, labels) = crate::eval::batch_tensors(batch, &device.device);
-            device.device.sync().map_err(|e| Error::device(&e))?;
-            drop((x, labels));
-            1000.0 * t.elapsed().as_secs_f64() / images as f64
-        }
-        _ => f64::NAN,
-    };
+    let (upload_ms_per_image, device_augment_ms_per_image) = time_uploads(&dataset, &pipe, &pass, config, device)?;
     let mut images_per_sec = Vec::new();
     for &w in workers {
         let t = Instant::now();
@@ -153,6 +200,7 @@ pub fn measure(
         mode,
         ms_per_image,
         upload_ms_per_image,
+        device_augment_ms_per_image,
         images_per_sec,
         full_decode_resize_ms,
         cached_images_per_sec,
@@ -167,6 +215,105 @@ pub fn dataset_of(paths: Vec<std::path::PathBuf>) -> Dataset {
     }
 }
 
+/// One row of `bench loader --train-steps`: training on generated photos with augmentation on
+/// the CPU workers or on the device.
+#[derive(Clone, Debug, Serialize)]
+pub struct AugmentTrainRow {
+    /// Where augmentation ran: "CPU workers" or "device (WGSL)".
+    pub augmentation: String,
+    /// Micro-batch size.
+    pub batch_size: usize,
+    /// Steps timed (after the first, which compiles and autotunes).
+    pub steps: usize,
+    /// Training images per second over the timed steps.
+    pub images_per_sec: f64,
+    /// Mean seconds per timed step.
+    pub step_secs: f64,
+    /// Mean seconds per timed step spent waiting for the loader: the device idle for want of data.
+    pub data_wait_secs_per_step: f64,
+}
+
+/// Trains `config` for `steps + 1` steps on `paths` (two alternating classes) twice, with
+/// augmentation on the CPU workers and then on the device, after an untimed pass that fills a
+/// decoded-image cache in `dir` (so both runs read the same cache and differ only in where they
+/// augment). The first step of each run is not timed.
+///
+/// # Errors
+/// [`Error::Device`] when the device does not run the kernel ([`crate::device_augment::runs_wgsl`]);
+/// a training error as `train::train` returns it.
+pub fn train_augment_comparison(
+    paths: &[std::path::PathBuf],
+    config: &Config,
+    device: &SelectedDevice,
+    steps: usize,
+    dir: &Path,
+) -> Result<Vec<AugmentTrainRow>> {
+    if !crate::device_augment::runs_wgsl(&device.device) {
+        return Err(Error::Device(format!(
+            "{} does not run the augmentation kernel (a wgpu adapter does)",
+            device.name
+        )));
+    }
+    let samples: Vec<Sample> =
+        paths.iter().enumerate().map(|(i, p)| Sample { source: SampleSource::File(p.clone()), label: i % 2 }).collect();
+    let class_names = vec!["even".to_string(), "odd".to_string()];
+    let splits = crate::dataset::Splits {
+        train: Dataset { class_names: class_names.clone(), samples: samples.clone() },
+        val: Dataset { class_names, samples: samples[..2.min(samples.len())].to_vec() },
+        description: "generated photos".into(),
+        report: Default::default(),
+        root: dir.to_path_buf(),
+    };
+    let mut base = config.clone();
+    base.data.cache_dir = dir.join("cache").display().to_string();
+    base.train.grad_accum_steps = 1;
+    let run = |name: &str, on_device: bool| -> Result<Vec<(f64, f64, usize)>> {
+        let mut cfg = base.clone();
+        cfg.augment.on_device = on_device;
+        let mut req = crate::train::TrainRequest::new(cfg, dir.join(name));
+        req.max_steps = Some(steps + 1);
+        req.export = false;
+        let mut timed = Vec::new();
+        let mut sink = |e: crate::events::Event| {
+            if let crate::events::Event::Step { images_per_sec, data_wait_secs, .. } = e {
+                timed.push((images_per_sec, data_wait_secs, base.train.batch_size));
+            }
+        };
+        crate::train::train(&req, device, &splits, &mut sink, &crate::events::StopSignal::new())?;
+        Ok(timed.into_iter().skip(1).collect())
+    };
+    run("warm-cache", false)?;
+    let mut rows = Vec::new();
+    for (label, on_device) in [("CPU workers", false), ("device (WGSL)", true)] {
+        let timed = run(label, on_device)?;
+        let n = timed.len().max(1) as f64;
+        let step_secs = timed.iter().map(|(ips, _, b)| *b as f64 / ips.max(1e-9)).sum::<f64>() / n;
+        rows.push(AugmentTrainRow {
+            augmentation: label.into(),
+            batch_size: base.train.batch_size,
+            steps: timed.len(),
+            images_per_sec: base.train.batch_size as f64 / step_secs.max(1e-9),
+            step_secs,
+            data_wait_secs_per_step: timed.iter().map(|(_, w, _)| w).sum::<f64>() / n,
+        });
+    }
+    Ok(rows)
+}
+
+/// The rows of [`train_augment_comparison`] as a Markdown table.
+pub fn augment_train_table(rows: &[AugmentTrainRow]) -> String {
+    let mut s = String::from(
+        "| augmentation | batch | steps timed | train img/s | s per step | s waiting for data per step |\n|---|---|---|---|---|---|",
+    );
+    for r in rows {
+        s.push_str(&format!(
+            "\n| {} | {} | {} | {:.2} | {:.2} | {:.3} |",
+            r.augmentation, r.batch_size, r.steps, r.images_per_sec, r.step_secs, r.data_wait_secs_per_step
+        ));
+    }
+    s
+}
+
 /// The rows as a Markdown table: milliseconds per image of each stage (decode at the scale
 /// the geometry allows), the full-size decode + resize it replaces, images per second per
 /// worker count without the cache, then the three cached passes.
@@ -174,17 +321,17 @@ pub fn table(rows: &[LoaderBenchRow]) -> String {
     let workers: Vec<usize> =
         rows.first().map(|r| r.images_per_sec.iter().map(|(w, _)| *w).collect()).unwrap_or_default();
     let mut s = String::from(
-        "| images | mode | decode ms | resize ms | augment ms | normalize ms | upload ms | full decode + resize ms |",
+        "| images | mode | decode ms | resize ms | augment ms | normalize ms | upload ms | on-device augment ms | full decode + resize ms |",
     );
     for w in &workers {
         s.push_str(&format!(" img/s, {w} worker{} |", if *w == 1 { "" } else { "s" }));
     }
-    s.push_str(" cached epoch 1 img/s | epoch 2 (RAM) | new run (disk) |\n|---|---|---|---|---|---|---|---|");
+    s.push_str(" cached epoch 1 img/s | epoch 2 (RAM) | new run (disk) |\n|---|---|---|---|---|---|---|---|---|");
     s.push_str(&"---|".repeat(workers.len() + 3));
     for r in rows {
         let t = &r.ms_per_image;
         s.push_str(&format!(
-            "\n| {} | {} | {:.2} | {:.2} | {:.2} | {:.2} | {:.3} | {:.2} |",
+            "\n| {} | {} | {:.2} | {:.2} | {:.2} | {:.2} | {:.3} | {} | {:.2} |",
             r.source,
             r.mode,
             t.decode,
@@ -192,6 +339,7 @@ pub fn table(rows: &[LoaderBenchRow]) -> String {
             t.augment,
             t.normalize,
             r.upload_ms_per_image,
+            r.device_augment_ms_per_image.map_or("-".to_string(), |ms| format!("{ms:.3}")),
             r.full_decode_resize_ms
         ));
         for (_, ips) in &r.images_per_sec {

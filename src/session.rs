@@ -567,7 +567,15 @@ mod tests {
     use super::*;
 
     fn step(step: usize) -> Report {
-        Report::Event(Event::Step { step, epoch: 0, loss: 1.0, accuracy: 0.5, lr: 1e-3, images_per_sec: 1.0 })
+        Report::Event(Event::Step {
+            step,
+            epoch: 0,
+            loss: 1.0,
+            accuracy: 0.5,
+            lr: 1e-3,
+            images_per_sec: 1.0,
+            data_wait_secs: 0.0,
+        })
     }
 
     #[test]

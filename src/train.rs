@@ -162,7 +162,8 @@ pub fn train(
             run.summary
         }
         None => {
-            let data = EpochData::new(splits, &run.config);
+            let on_device = crate::device_augment::augments_on_device(&run.config, &device.device);
+            let data = EpochData::new(splits, &run.config, on_device);
             while run.trainer.state.epoch < run.config.train.epochs {
                 let epoch_start = Instant::now();
                 let totals = run.train_epoch(&data, sink, stop)?;
@@ -224,6 +225,7 @@ fn prepare<'a>(
         samples: (splits.train.samples.len(), splits.val.samples.len()),
         predicted_peak_bytes: run.estimate.total,
         micro_batch: run.micro_batch(),
+        augment_on_device: crate::device_augment::augments_on_device(&run.config, &device.device),
     });
     Ok((run, lock))
 }

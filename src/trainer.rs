@@ -21,7 +21,7 @@ use crate::precision::LossScaler;
 use crate::schedule::WarmupCosine;
 use burn::module::{Module, ModuleVisitor, Param};
 use burn::optim::{AdamWConfig, GradientsAccumulator, GradientsParams, ModuleOptimizer};
-use burn::tensor::{Device, Int, Tensor};
+use burn::tensor::{Device, Int, Tensor, TensorData};
 use rand::SeedableRng;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -273,7 +273,7 @@ impl Trainer {
         let factor = self.state.split_factor;
         for chunk in batches.iter().flat_map(|b| b.split(factor)) {
             let n = chunk.len();
-            let (images, labels) = batch_tensors(chunk, &self.ad_device);
+            let (images, labels) = self.input_tensors(chunk).map_err(StepError::Fatal)?;
             let logits = model.forward(images, self.precision);
             if !sampled {
                 // The peak in use sits at the end of the forward pass, or (checkpointing) early
@@ -307,6 +307,28 @@ impl Trainer {
             Tensor::cat(vec![loss_sum, correct_sum, norm_sq], 0).try_into_data().map_err(|e| StepError::device(&e))?;
         let stats = stats.try_to_vec::<f32>().map_err(|e| StepError::Fatal(Error::device(&e)))?;
         Ok(Some((grads, stats)))
+    }
+
+    /// A micro-batch's images `[n, 3, h, w]` and labels `[n]` on the training device: uploaded
+    /// as normalized f32, or (a packed batch, [`Batch::packed`]) uploaded as 8-bit pixels and
+    /// cropped, augmented and normalized by `shaders/augment_rgb8.wgsl`. The kernel's output is
+    /// a constant of the graph (no gradient), made on the inner device and then given the
+    /// training device's autodiff strategy.
+    ///
+    /// # Errors
+    /// As [`crate::device_augment::augment_batch`].
+    fn input_tensors(&self, mut batch: Batch) -> Result<(Tensor<4>, Tensor<1, Int>)> {
+        let Some(packed) = batch.packed.take() else { return Ok(batch_tensors(batch, &self.ad_device)) };
+        let data = &self.config.data;
+        let params = packed.params((batch.height, batch.width), data.mean, data.std)?;
+        let images = crate::device_augment::augment_batch(packed.pixels, params, &self.device)?;
+        // On the training device, with its checkpointing strategy (operands must share one).
+        let images = match self.ad_device.gradient_checkpointing_strategy() {
+            Some(strategy) => images.autodiff().with_gradient_checkpointing_strategy(strategy),
+            None => images,
+        };
+        let labels = Tensor::<1, Int>::from_data(TensorData::new(batch.labels, [images.dims()[0]]), &self.ad_device);
+        Ok((images, labels))
     }
 
     /// Samples the device's memory and reports it.
@@ -381,8 +403,13 @@ pub fn overfit_check(
 ) -> Result<OverfitResult> {
     let subset = data.balanced_subset(64);
     let mut cfg = config.clone();
-    cfg.augment =
-        crate::config::AugmentConfig { random_crop: false, hflip: false, color_jitter: 0.0, random_erasing: 0.0 };
+    cfg.augment = crate::config::AugmentConfig {
+        random_crop: false,
+        hflip: false,
+        color_jitter: 0.0,
+        random_erasing: 0.0,
+        on_device: false,
+    };
     cfg.train.label_smoothing = 0.0;
     cfg.train.batch_size = cfg.train.batch_size.min(32);
     cfg.train.grad_accum_steps = 1;
@@ -431,6 +458,7 @@ pub fn overfit_check(
             accuracy: stats.accuracy,
             lr: trainer.schedule.lr(done - 1),
             images_per_sec: 0.0,
+            data_wait_secs: 0.0,
         });
         perfect_steps = if stats.accuracy >= 1.0 { perfect_steps + 1 } else { 0 };
         if perfect_steps >= n_batches && done < steps {
@@ -566,8 +594,7 @@ pub fn synthetic_batch(config: &Config, num_classes: usize) -> Batch {
         labels: (0..n).map(|i| (i % num_classes) as i64).collect(),
         height: px,
         width: px,
-        skipped: vec![],
-        flat: vec![],
+        ..Default::default()
     }
 }
 

@@ -40,6 +40,20 @@ fn bench_loader(args: &BenchArgs) -> anyhow::Result<Vec<crate::loader_bench::Loa
     Ok(rows)
 }
 
+/// `vramfit bench loader --train-steps N`: the 8gb preset (batch at most `--images`) trained on
+/// generated 12 MP JPEGs with augmentation on the CPU workers and on the device.
+fn bench_augment_training(args: &BenchArgs) -> anyhow::Result<Vec<crate::loader_bench::AugmentTrainRow>> {
+    let device = select_device(&args.device)?;
+    let dir = tempfile::tempdir().context("cannot create a folder for the generated photos")?;
+    let mut config = super::load_config("8gb")?;
+    config.train.batch_size = config.train.batch_size.min(args.images.max(1));
+    let count = config.train.batch_size * (args.train_steps + 1);
+    eprintln!("writing {count} photos of 4000x3000 for training...");
+    let paths = crate::loader_bench::write_photos(&dir.path().join("photos"), 4000, 3000, count, 5)?;
+    eprintln!("training {} steps per run (augmentation on the CPU, then on the device)...", args.train_steps + 1);
+    Ok(crate::loader_bench::train_augment_comparison(&paths, &config, &device, args.train_steps, dir.path())?)
+}
+
 /// `vramfit bench`.
 #[derive(Args, Debug)]
 pub struct BenchArgs {
@@ -51,6 +65,10 @@ pub struct BenchArgs {
     /// Images per generated photo set for `bench loader` (the bundled set uses 8 times as many).
     #[arg(long, default_value_t = 16)]
     images: usize,
+    /// `bench loader`: also train the 8gb preset (batch at most `--images`) this many timed
+    /// steps on generated 12 MP photos, augmenting on the CPU and then on the device (a GPU).
+    #[arg(long, default_value_t = 0)]
+    train_steps: usize,
     /// Loader worker threads to measure for `bench loader`.
     #[arg(long, value_delimiter = ',', default_value = "1,2,4")]
     workers: Vec<usize>,
@@ -121,7 +139,13 @@ pub fn bench(args: BenchArgs, app: super::App) -> anyhow::Result<ExitCode> {
         "loader" => {
             let rows = bench_loader(&args)?;
             println!("{}", crate::loader_bench::table(&rows));
-            serde_json::to_string_pretty(&rows)?
+            if args.train_steps > 0 {
+                let trained = bench_augment_training(&args)?;
+                println!("\n{}", crate::loader_bench::augment_train_table(&trained));
+                serde_json::to_string_pretty(&serde_json::json!({ "loader": rows, "training": trained }))?
+            } else {
+                serde_json::to_string_pretty(&rows)?
+            }
         }
         "ui" => {
             let (table, json) = (app.bench_ui)(args.seconds)?;

@@ -47,11 +47,13 @@ impl Renderer {
                 samples,
                 predicted_peak_bytes,
                 micro_batch: (batch, accum),
+                augment_on_device,
             } => {
                 *epochs = *e;
                 self.steps_per_epoch = *steps_per_epoch;
+                let augment = if *augment_on_device { "on the device" } else { "on the CPU" };
                 eprintln!(
-                    "training on {device}: {} train / {} val images, {steps_per_epoch} steps per epoch of micro-batch {batch} x {accum}, predicted peak {}, run folder {}",
+                    "training on {device}: {} train / {} val images, {steps_per_epoch} steps per epoch of micro-batch {batch} x {accum}, augmentation {augment}, predicted peak {}, run folder {}",
                     samples.0,
                     samples.1,
                     human_bytes(*predicted_peak_bytes),
@@ -59,7 +61,7 @@ impl Renderer {
                 );
                 self.new_bar(*start_epoch, *e);
             }
-            Event::Step { step, epoch, loss, accuracy, lr, images_per_sec } => {
+            Event::Step { step, epoch, loss, accuracy, lr, images_per_sec, .. } => {
                 if self.bar.is_none() {
                     self.new_bar(*epoch, *epochs);
                 }

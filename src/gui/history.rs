@@ -50,7 +50,7 @@ impl RunHistory {
                 self.epoch = *start_epoch;
                 self.micro_batch = Some(*micro_batch);
             }
-            Event::Step { step, epoch, loss, accuracy, lr, images_per_sec } => {
+            Event::Step { step, epoch, loss, accuracy, lr, images_per_sec, .. } => {
                 let x = *step as f64;
                 self.loss.push([x, *loss as f64]);
                 self.train_accuracy.push([x, *accuracy as f64]);
@@ -126,7 +126,7 @@ mod tests {
     use super::*;
 
     fn step(step: usize, loss: f32) -> Event {
-        Event::Step { step, epoch: 0, loss, accuracy: 0.5, lr: 1e-3, images_per_sec: 100.0 }
+        Event::Step { step, epoch: 0, loss, accuracy: 0.5, lr: 1e-3, images_per_sec: 100.0, data_wait_secs: 0.0 }
     }
 
     #[test]
@@ -173,6 +173,7 @@ mod tests {
             samples: (128, 0),
             predicted_peak_bytes: 1 << 20,
             micro_batch: (32, 1),
+            augment_on_device: false,
         });
         assert_eq!(h.micro_batch, Some((32, 1)));
         h.push(&step(3, 1.0));

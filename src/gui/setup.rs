@@ -13,7 +13,8 @@ impl VramfitApp {
             ui.separator();
             self.preset_ui(ui);
             let mut config = self.settings.config.clone();
-            knobs_ui(ui, &mut config, self.f16_available());
+            let gpu = matches!(self.device_choice(), DeviceChoice::Gpu(Some(_)));
+            knobs_ui(ui, &mut config, self.f16_available(), gpu);
             if config != self.settings.config {
                 self.commands.push(Command::SetConfig(Box::new(config)));
             }
@@ -203,7 +204,7 @@ fn dataset_report_ui(ui: &mut egui::Ui, report: &dataset::ScanReport, skipped: &
 }
 
 /// Sliders and toggles for every knob a preset sets.
-fn knobs_ui(ui: &mut egui::Ui, c: &mut Config, f16_ok: bool) {
+fn knobs_ui(ui: &mut egui::Ui, c: &mut Config, f16_ok: bool, gpu: bool) {
     ui.add(egui::Slider::new(&mut c.train.batch_size, 1..=256).logarithmic(true).text("batch size"));
     ui.add(egui::Slider::new(&mut c.train.grad_accum_steps, 1..=64).logarithmic(true).text("grad accumulation"));
     ui.add(egui::Slider::new(&mut c.data.preprocess.crop_size, 16..=512).step_by(4.0).text("crop size (px)"));
@@ -238,6 +239,20 @@ fn knobs_ui(ui: &mut egui::Ui, c: &mut Config, f16_ok: bool) {
     ui.checkbox(&mut c.augment.hflip, "horizontal flip");
     ui.add(egui::Slider::new(&mut c.augment.color_jitter, 0.0..=1.0).text("color jitter"));
     ui.add(egui::Slider::new(&mut c.augment.random_erasing, 0.0..=1.0).text("random erasing"));
+    ui.add_enabled_ui(gpu, |ui| {
+        ui.checkbox(&mut c.augment.on_device, "augment on the device")
+            .on_hover_text(
+                "Crop, flip, jitter, erasing and normalization in vramfit's shader \
+                 (shaders/augment_rgb8.wgsl) from 8-bit uploads, instead of the loader's CPU workers. \
+                 The same seed gives the same augmentation on either.",
+            )
+            .on_disabled_hover_text("only a GPU adapter runs the augmentation shader");
+    });
+    ui.small(if gpu && c.augment.on_device {
+        "augmentation runs on the GPU (batches of one image size)"
+    } else {
+        "augmentation runs on the CPU workers"
+    });
     if c.data.preprocess.crop_size > c.data.preprocess.load_size {
         c.data.preprocess.load_size = c.data.preprocess.crop_size;
     }

@@ -29,13 +29,18 @@ pub(super) struct EpochData {
 
 impl EpochData {
     /// The run's datasets and pipelines; training and evaluation share one decoded-image cache
-    /// (their resized images are the same).
-    pub(super) fn new(splits: &Splits, config: &Config) -> Self {
+    /// (their resized images are the same). Training batches go to the device's augmentation
+    /// kernel when `augment_on_device` ([`crate::device_augment::augments_on_device`]).
+    pub(super) fn new(splits: &Splits, config: &Config, augment_on_device: bool) -> Self {
         let cache = crate::image_cache::ImageCache::from_config(&config.data).map(Arc::new);
         Self {
             train: Arc::new(splits.train.clone()),
             val: Arc::new(splits.val.clone()),
-            train_pipe: Arc::new(SamplePipeline::from_config(config, true).with_cache(cache.clone())),
+            train_pipe: Arc::new(
+                SamplePipeline::from_config(config, true)
+                    .with_cache(cache.clone())
+                    .with_device_augment(augment_on_device),
+            ),
             eval_pipe: Arc::new(SamplePipeline::from_config(config, false).with_cache(cache)),
         }
     }
@@ -78,10 +83,11 @@ impl Run<'_> {
         let mut pending: Vec<Batch> = Vec::with_capacity(self.accum);
         let mut batch_index = skip;
         let mut step_start = Instant::now();
+        let mut step_wait_secs = 0.0;
         loop {
             let wait = Instant::now();
             let Some(batch) = batches.next() else { break };
-            totals.data_wait_secs += wait.elapsed().as_secs_f64();
+            step_wait_secs += wait.elapsed().as_secs_f64();
             batch_index += 1;
             for (source, reason) in &batch.skipped {
                 sink(Event::SampleSkipped { source: source.to_string(), reason: reason.to_string() });
@@ -103,10 +109,12 @@ impl Run<'_> {
             pending.clear();
             let secs = step_start.elapsed().as_secs_f64();
             step_start = Instant::now();
+            totals.data_wait_secs += step_wait_secs;
+            let waited = std::mem::take(&mut step_wait_secs);
             if stats.images == 0 {
                 continue;
             }
-            self.record_step(&stats, secs, sample_now, &mut totals, sink)?;
+            self.record_step(&stats, (secs, waited), sample_now, &mut totals, sink)?;
             if self.images_trained == stats.images && self.device.is_gpu() {
                 // The first step at a new shape autotunes its kernels with buffers of its own:
                 // their pages go back and the step's readings are dropped, so the run holds,
@@ -181,11 +189,12 @@ impl Run<'_> {
         sink(Event::BatchAdapted { batch_size, grad_accum_steps, reason });
     }
 
-    /// A finished step: counters, the Step event and its metrics.csv row.
+    /// A finished step: counters, the Step event and its metrics.csv row. `(secs,
+    /// data_wait_secs)`: the step's wall time, and the part of it spent waiting for batches.
     fn record_step(
         &mut self,
         stats: &StepStats,
-        secs: f64,
+        (secs, data_wait_secs): (f64, f64),
         sampled: bool,
         totals: &mut EpochTotals,
         sink: EventSink,
@@ -201,7 +210,15 @@ impl Run<'_> {
         totals.images += stats.images;
         let lr = self.trainer.schedule.lr(step.saturating_sub(1));
         let ips = stats.images as f64 / secs.max(1e-9);
-        sink(Event::Step { step, epoch, loss: stats.loss, accuracy: stats.accuracy, lr, images_per_sec: ips });
+        sink(Event::Step {
+            step,
+            epoch,
+            loss: stats.loss,
+            accuracy: stats.accuracy,
+            lr,
+            images_per_sec: ips,
+            data_wait_secs,
+        });
         // A step skipped by the f16 loss scaler has no step number of its own: no CSV row.
         if !stats.applied {
             return Ok(());

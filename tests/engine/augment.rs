@@ -65,7 +65,8 @@ fn device_augmentation_matches_the_cpu_path() {
     config.data.preprocess = PreprocessConfig { mode: PreprocessMode::ResizeAndCrop, load_size: 40, crop_size: 32 };
     config.data.mean = [0.485, 0.456, 0.406];
     config.data.std = [0.229, 0.224, 0.225];
-    config.augment = AugmentConfig { random_crop: true, hflip: true, color_jitter: 0.4, random_erasing: 0.5 };
+    config.augment =
+        AugmentConfig { random_crop: true, hflip: true, color_jitter: 0.4, random_erasing: 0.5, on_device: true };
     let images = random_images(16);
 
     let training = SamplePipeline::from_config(&config, true);
@@ -110,4 +111,51 @@ fn device_augmentation_refuses_a_crop_outside_the_image_and_a_cpu_device() {
             .unwrap();
     let err = device_augment::augment_batch(vec![0; 1600], params, &cpu.device).unwrap_err();
     assert!(err.to_string().contains("wgpu"), "{err}");
+}
+
+/// Training with `augment.on_device` (the loader packs 8-bit batches and the step runs the
+/// kernel) gives the losses of training with the CPU's augmentation from the same seed: the same
+/// draws, the same pixels within 1/255, the same initial weights. With and without activation
+/// checkpointing (the kernel's output joins the training device's autodiff strategy).
+#[test]
+fn training_with_device_augmentation_follows_the_cpu_path() {
+    let Some(device) = gpu() else { return };
+    let splits = bundled();
+    let dir = tempfile::tempdir().unwrap();
+    for checkpointing in [false, true] {
+        let run = |on_device: bool| {
+            let mut config = quickstart();
+            config.augment =
+                AugmentConfig { random_crop: true, hflip: true, color_jitter: 0.4, random_erasing: 0.5, on_device };
+            config.train.checkpointing = checkpointing;
+            let mut req = TrainRequest::new(config, dir.path().join(format!("{checkpointing}-{on_device}")));
+            req.max_steps = Some(3);
+            req.export = false;
+            let (mut losses, mut augmented_on_device) = (Vec::new(), None);
+            train::train(
+                &req,
+                &device,
+                &splits,
+                &mut |e| match e {
+                    Event::Started { augment_on_device, .. } => augmented_on_device = Some(augment_on_device),
+                    Event::Step { loss, .. } => losses.push(loss),
+                    _ => {}
+                },
+                &StopSignal::new(),
+            )
+            .unwrap();
+            assert_eq!(augmented_on_device, Some(on_device));
+            losses
+        };
+        let (cpu, on_device) = (run(false), run(true));
+        assert_eq!(cpu.len(), 3);
+        for (a, b) in cpu.iter().zip(&on_device) {
+            assert!(
+                (a - b).abs() <= 2e-3 * a.abs().max(1.0),
+                "checkpointing {checkpointing}: {cpu:?} vs {on_device:?}"
+            );
+        }
+        // The steps trained: the losses are of augmented batches, not of a constant input.
+        assert!(cpu.windows(2).any(|w| w[0] != w[1]), "{cpu:?}");
+    }
 }
