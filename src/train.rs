@@ -384,6 +384,9 @@ struct Run<'a> {
     trainer: Trainer,
     summary: TrainSummary,
     images_trained: usize,
+    /// The next finished step is the first at its micro-batch shape (the run's first step, or
+    /// the first after a halving): its autotune pages are handed back after it.
+    new_shape: bool,
     train_secs: f64,
 }
 
@@ -431,6 +434,7 @@ impl<'a> Run<'a> {
             trainer,
             summary,
             images_trained: 0,
+            new_shape: true,
             train_secs: 0.0,
         }
     }

@@ -280,6 +280,10 @@ impl Trainer {
                 // in the backward pass.
                 self.device.sync().map_err(|e| StepError::device(&e))?;
                 self.sample_memory(sink);
+                // Under a cap, the reading the run records is one the card must hold: pools
+                // hand free pages back during the backward pass, so the check after it can
+                // read less than this peak.
+                self.check_memory_cap()?;
                 sampled = true;
             }
             let correct =
@@ -344,9 +348,9 @@ impl Trainer {
     }
 
     /// With a memory cap, fails as out of memory when the device's reserved bytes exceed it:
-    /// checked before a step (the previous optimizer step's allocations) and after its backward
-    /// pass, before the update is applied. Pools keep their pages until cleaned up, so the
-    /// reserved bytes after the backward pass include its peak.
+    /// checked before a step (the previous optimizer step's allocations), at the memory sample
+    /// after the first forward pass (the training loop samples every step under a cap), and
+    /// after the backward pass, before the update is applied.
     fn check_memory_cap(&self) -> std::result::Result<(), StepError> {
         let Some(cap) = self.memory_cap else { return Ok(()) };
         match crate::memory::sample(&self.device) {

@@ -103,7 +103,8 @@ impl Run<'_> {
                 continue;
             }
             let sample_now = self.device.is_gpu()
-                && self.trainer.state.global_step.is_multiple_of(self.config.train.memory_sample_every);
+                && (self.config.memory.cap_to_budget
+                    || self.trainer.state.global_step.is_multiple_of(self.config.train.memory_sample_every));
             let stats = self.step_with_retry(&pending, sample_now, sink)?;
             self.trainer.state.batches_done_in_epoch += pending.len();
             pending.clear();
@@ -115,10 +116,11 @@ impl Run<'_> {
                 continue;
             }
             self.record_step(&stats, (secs, waited), sample_now, &mut totals, sink)?;
-            if self.images_trained == stats.images && self.device.is_gpu() {
-                // The first step at a new shape autotunes its kernels with buffers of its own:
-                // their pages go back and the step's readings are dropped, so the run holds,
-                // and is measured against the budget at, the plan's steady state.
+            if std::mem::take(&mut self.new_shape) && self.device.is_gpu() {
+                // The first step at a new shape (the run's first, or the first after a halving)
+                // autotunes its kernels with buffers of its own: their pages go back and the
+                // step's readings are dropped, so the run holds, and is measured against the
+                // budget at, the plan's steady state.
                 self.trainer.device.memory_cleanup();
                 self.trainer.tracker = MemoryTracker::default();
             }
@@ -185,6 +187,9 @@ impl Run<'_> {
     fn halve_micro_batch(&mut self, reason: String, sink: EventSink) {
         self.trainer.state.split_factor *= 2;
         self.trainer.device.memory_cleanup();
+        // The readings were of the refused shape; the next step is the first at the new one.
+        self.trainer.tracker = MemoryTracker::default();
+        self.new_shape = true;
         let (batch_size, grad_accum_steps) = self.micro_batch();
         sink(Event::BatchAdapted { batch_size, grad_accum_steps, reason });
     }

@@ -80,7 +80,8 @@ fn in_own_process(test_path: &str) -> bool {
         return false;
     }
     let out = std::process::Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", test_path, "--nocapture", "--test-threads", "1"])
+        // --include-ignored: an ignored test run on purpose (`-- --ignored NAME`) runs in the child too.
+        .args(["--exact", test_path, "--include-ignored", "--nocapture", "--test-threads", "1"])
         .env("VRAMFIT_TEST_CHILD", "1")
         .output()
         .unwrap();

@@ -84,7 +84,6 @@ fn a_capped_pool_fails_the_step_over_the_budget_and_it_is_retried_at_half() {
 /// check at 1 GiB, the size, is `a_one_gib_card_...` (ignored in CI: over 30 minutes on
 /// lavapipe).
 #[test]
-#[ignore = "failed in a cold CI rehearsal (first runs at its shapes autotune); passes warm: to be made robust"]
 fn a_capped_card_refuses_the_plan_over_it_and_trains_the_plans_under_it() {
     if gpu().is_none() || in_own_process("memory::a_capped_card_refuses_the_plan_over_it_and_trains_the_plans_under_it")
     {
@@ -108,9 +107,11 @@ fn a_one_gib_card_refuses_the_plan_over_it_and_trains_the_plans_under_it() {
 /// A card of `budget` bytes emulated on the adapter (`memory.cap_to_budget`): the plan refuses
 /// a configuration it puts at 1.3x the budget; one it puts at 0.9x with checkpointing on trains
 /// to the end; and `--auto-fit` turns the refused one into a micro-batch that trains to the end
-/// under the cap. The only out-of-memory retry allowed is the first step's: at a new shape it
-/// autotunes its kernels with buffers the plan does not count (README, "Memory"); every step
-/// after it holds its reservation under the cap.
+/// under the cap. One out-of-memory retry is allowed, in the first two steps: the first step at
+/// a shape autotunes its kernels with buffers the plan does not count, and the second (the first
+/// with AdamW's moments) can too; autotuning on a loaded machine (the rest of the test suite)
+/// picked kernels whose step-2 reservation was 1.27x the plan once (README, "Memory"). Every
+/// step after the retry holds its reservation under the cap.
 fn card_of(budget: u64) {
     let device = gpu().unwrap();
     let splits = bundled();
@@ -123,11 +124,11 @@ fn card_of(budget: u64) {
     let over = (1..8192).find(|&b| total(&config, b) >= budget * 13 / 10).unwrap();
     config.train.batch_size = over;
     let dir = tempfile::tempdir().unwrap();
-    // Trains 2 steps; returns the summary and the retries, each with the steps done before it.
+    // Trains 3 steps; returns the summary and the retries, each with the steps done before it.
     let run = |config: &Config, name: &str, auto_fit: bool| {
         let mut req = TrainRequest::new(config.clone(), dir.path().join(name));
         req.auto_fit = auto_fit;
-        req.max_steps = Some(2);
+        req.max_steps = Some(3);
         req.export = false;
         let (mut steps, mut retries) = (0, Vec::new());
         let result = train::train(
@@ -162,9 +163,9 @@ fn card_of(budget: u64) {
     for (name, config, auto_fit) in [("checkpointed", &checkpointed, false), ("fit", &config, true)] {
         let (s, retries, reserved) = run(config, name, auto_fit);
         let s = s.unwrap();
-        assert_eq!(s.global_step, 2, "{name}");
-        // At most one retry, in the first step (autotuning at a new shape).
-        assert!(retries.len() <= 1 && retries.iter().all(|(steps, _)| *steps == 0), "{name}: {retries:?}");
+        assert_eq!(s.global_step, 3, "{name}");
+        // At most one retry, in the first two steps (autotuning at a new shape).
+        assert!(retries.len() <= 1 && retries.iter().all(|(steps, _)| *steps <= 1), "{name}: {retries:?}");
         assert!(!reserved.is_empty() && reserved.iter().all(|&r| r <= budget), "{name}: reserved {reserved:?}");
         // The effective batch is kept, or exceeded by less than one micro-batch when it has no
         // divisor near the fit (a prime: `memory::Plan::fit_batch_size`).
