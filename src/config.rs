@@ -171,10 +171,10 @@ pub struct AugmentConfig {
     /// Probability of erasing one random rectangle (Zhong et al. 2017), 0 = off.
     #[serde(serialize_with = "f32_shortest")]
     pub random_erasing: f32,
-    /// On a wgpu device that compiles WGSL, crop, flip, jitter, normalize and erase in
-    /// vramfit's kernel (`shaders/augment_rgb8.wgsl`) from 8-bit uploads, for every batch whose
-    /// resized images share one size; off, or on any other device, the loader's CPU workers do
-    /// it. Both paths draw the same augmentation from the same seed.
+    /// On a wgpu device that compiles WGSL, flip, jitter, normalize and erase in vramfit's
+    /// kernel (`shaders/augment_rgb8.wgsl`) from 8-bit uploads of the loader's crops; off, or on
+    /// any other device, the loader's CPU workers do it. Both paths draw the same augmentation
+    /// from the same seed.
     pub on_device: bool,
 }
 

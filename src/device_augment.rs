@@ -10,7 +10,7 @@
 //!
 //! # Inputs and outputs
 //! - `pixels`: `[N, src_h, src_w]` u32, each pixel `r | g << 8 | b << 16` (the images of a batch
-//!   share one size, as the resized images of `resize_and_crop` and `scale_width` do).
+//!   share one size; training passes the loader's crops, which are the output size).
 //! - `params`: [`PARAMS_HEADER`] words, then [`PARAMS_PER_IMAGE`] words per image (layout in the
 //!   WGSL file's header; f32 values are stored as their bits).
 //! - output: `[N, 3, out_h, out_w]` f32, normalized `(v - mean) / std`, on the inner
@@ -171,8 +171,7 @@ pub fn runs_wgsl(device: &Device) -> bool {
 }
 
 /// Whether a run of `config` on `device` augments on the device: `augment.on_device` is set and
-/// the device runs the kernel ([`runs_wgsl`]). Batches whose images differ in size still go
-/// through the CPU path.
+/// the device runs the kernel ([`runs_wgsl`]).
 pub fn augments_on_device(config: &crate::config::Config, device: &Device) -> bool {
     config.augment.on_device && runs_wgsl(device)
 }

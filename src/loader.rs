@@ -145,9 +145,9 @@ pub struct SamplePipeline {
     pub load: LoadOptions,
     /// Decoded, resized images shared across epochs (training and evaluation share one).
     pub cache: Option<Arc<ImageCache>>,
-    /// Batches go to the device as 8-bit images with their drawn augmentation
-    /// ([`Batch::packed`]) when their resized images share one size; the training step runs
-    /// `shaders/augment_rgb8.wgsl` on them. Set by [`Self::on_device`].
+    /// Batches go to the device as 8-bit crops with their drawn augmentation
+    /// ([`Batch::packed`]); the training step runs `shaders/augment_rgb8.wgsl` on them. Set by
+    /// [`Self::with_device_augment`].
     pub on_device: bool,
 }
 
@@ -166,8 +166,7 @@ impl SamplePipeline {
     }
 
     /// This pipeline handing batches to the device's augmentation kernel when `on_device`
-    /// (see [`Self::on_device`](field@Self::on_device); the caller checks that the device runs it,
-    /// [`crate::device_augment::runs_wgsl`]).
+    /// (the caller checks that the device runs it, [`crate::device_augment::runs_wgsl`]).
     #[must_use]
     pub fn with_device_augment(mut self, on_device: bool) -> Self {
         self.on_device = on_device;
@@ -344,8 +343,10 @@ fn in_source(source: &SampleSource, e: crate::Error) -> crate::Error {
 }
 
 /// Builds batch `b` of `order` (indices into `dataset`): each sample decoded (or read from the
-/// cache) and resized, then cropped, augmented and normalized here, or packed for the device
-/// when the pipeline runs [`SamplePipeline::on_device`] and the batch's images share one size.
+/// cache), resized and cropped, then augmented and normalized here, or (the pipeline runs
+/// [`SamplePipeline::on_device`]) packed as 8-bit pixels with its drawn augmentation for the
+/// device. A sample whose output size differs from the batch's first is skipped with the reason
+/// on both paths.
 fn build_batch(
     dataset: &Dataset,
     pipeline: &SamplePipeline,
@@ -356,86 +357,130 @@ fn build_batch(
 ) -> Batch {
     let mut batch = Batch::default();
     let start = b * batch_size;
-    // Each sample's generator depends on the pass seed and the sample alone, not on the thread,
-    // the batch or the path (CPU or device) that uses it.
-    let rng_of = |i: usize| SmallRng::seed_from_u64(seed ^ (i as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15));
-    let mut resized = Vec::with_capacity(batch_size);
+    let mut crops: Vec<(usize, RgbImage, ImageAugment)> = Vec::new();
     for &i in &order[start..(start + batch_size).min(order.len())] {
         let sample = &dataset.samples[i];
-        match pipeline.resized(&sample.source, &mut StageTimes::default()) {
-            Ok(img) => {
-                if crate::image_io::is_flat(&img) {
-                    batch.flat.push(sample.source.describe());
-                }
-                resized.push((i, img));
+        let mut rng = sample_rng(seed, i);
+        let mut times = StageTimes::default();
+        let made = pipeline.resized(&sample.source, &mut times).and_then(|img| {
+            if crate::image_io::is_flat(&img) {
+                batch.flat.push(sample.source.describe());
             }
-            Err(reason) => batch.skipped.push((sample.source.describe(), reason.to_string())),
+            let made = match pipeline.on_device {
+                true => device_crop(pipeline, &img, &mut rng).map(Made::Device),
+                false => {
+                    pipeline.tensor_from_resized(&img, &mut rng, &mut times).map(|(chw, h, w)| Made::Cpu(chw, h, w))
+                }
+            };
+            made.map_err(|e| in_source(&sample.source, e))
+        });
+        let made = match made {
+            Ok(made) => made,
+            Err(reason) => {
+                batch.skipped.push((sample.source.describe(), reason.to_string()));
+                continue;
+            }
+        };
+        let (h, w) = made.size();
+        if batch.labels.is_empty() {
+            (batch.height, batch.width) = (h, w);
+        } else if (h, w) != (batch.height, batch.width) {
+            batch.skipped.push((
+                sample.source.describe(),
+                format!("is {w}x{h} after preprocess but the batch is {}x{}; mode `none` needs equal sizes, use resize_and_crop", batch.width, batch.height),
+            ));
+            continue;
+        }
+        batch.labels.push(sample.label as i64);
+        match made {
+            Made::Cpu(chw, ..) => batch.images.extend_from_slice(&chw),
+            Made::Device((crop, augment)) => crops.push((i, crop, augment)),
         }
     }
-    if pipeline.on_device
-        && let Some(packed) = pack_for_device(dataset, pipeline, &resized, &rng_of, &mut batch)
-    {
-        batch.packed = Some(packed);
-        return batch;
-    }
-    for (i, img) in resized {
-        let sample = &dataset.samples[i];
-        let decoded = pipeline
-            .tensor_from_resized(&img, &mut rng_of(i), &mut StageTimes::default())
-            .map_err(|e| in_source(&sample.source, e));
-        match decoded {
-            Ok((chw, h, w)) => {
-                if batch.labels.is_empty() {
-                    (batch.height, batch.width) = (h, w);
-                } else if (h, w) != (batch.height, batch.width) {
-                    batch.skipped.push((
-                        sample.source.describe(),
-                        format!("is {w}x{h} after preprocess but the batch is {}x{}; mode `none` needs equal sizes, use resize_and_crop", batch.width, batch.height),
-                    ));
-                    continue;
-                }
-                batch.images.extend_from_slice(&chw);
-                batch.labels.push(sample.label as i64);
-            }
-            Err(reason) => batch.skipped.push((sample.source.describe(), reason.to_string())),
-        }
+    if !crops.is_empty() {
+        pack_for_device(pipeline, crops, seed, &mut batch);
     }
     batch
 }
 
-/// The batch's `resized` images packed for the device's augmentation kernel, with each
-/// sample's augmentation drawn from its generator, and `batch`'s labels and output size set.
-/// `None` (and `batch` untouched) when the images differ in size or the kernel cannot take them
-/// (an output larger than its source, as mode `none` gives when it rounds a size up): the batch
-/// is then built on the CPU, which handles both.
-fn pack_for_device(
-    dataset: &Dataset,
-    pipeline: &SamplePipeline,
-    resized: &[(usize, Arc<RgbImage>)],
-    rng_of: &dyn Fn(usize) -> SmallRng,
-    batch: &mut Batch,
-) -> Option<PackedImages> {
-    let (_, first) = resized.first()?;
-    let (w, h) = first.dimensions();
-    if resized.iter().any(|(_, img)| img.dimensions() != (w, h)) {
-        return None;
+/// One sample as [`build_batch`] made it.
+enum Made {
+    /// `[3, h, w]` normalized values, `h`, `w`.
+    Cpu(Vec<f32>, usize, usize),
+    /// The crop (8-bit) and the augmentation the device applies to it.
+    Device((RgbImage, ImageAugment)),
+}
+
+impl Made {
+    /// `(height, width)` of the sample's output.
+    fn size(&self) -> (usize, usize) {
+        match self {
+            Made::Cpu(_, h, w) => (*h, *w),
+            Made::Device((crop, _)) => (crop.height() as usize, crop.width() as usize),
+        }
     }
-    let (out_w, out_h) = pipeline.preprocess.output_size_for((w, h)).ok()?;
-    let augments: Vec<ImageAugment> = resized
-        .iter()
-        .map(|(i, _)| AugmentParams::draw(pipeline, (w, h), &mut rng_of(*i)))
-        .collect::<crate::Result<_>>()
-        .ok()?;
-    let packed = PackedImages {
-        pixels: resized.iter().flat_map(|(_, img)| device_augment::pack_rgb8(img.as_raw())).collect(),
-        src: (h as usize, w as usize),
-        augments,
+}
+
+/// The crop of a resized image and the rest of its augmentation, drawn from `rng` as the CPU
+/// path draws them ([`AugmentParams::draw`]). The crop is cut here, an 8-bit copy, so a batch
+/// uploads only its output pixels whatever the mode (a 12 MP source in mode `crop` is 48 MB as
+/// packed pixels), and the device only flips, jitters, normalizes and erases (crop origin 0).
+///
+/// # Errors
+/// As [`crate::preprocess::PreprocessConfig::crop_origin`].
+fn device_crop(
+    pipeline: &SamplePipeline,
+    resized: &RgbImage,
+    rng: &mut SmallRng,
+) -> crate::Result<(RgbImage, ImageAugment)> {
+    let (w, h) = resized.dimensions();
+    let augment = AugmentParams::draw(pipeline, (w, h), rng)?;
+    let (out_w, out_h) = pipeline.preprocess.output_size_for((w, h))?;
+    let crop = if (w, h) == (out_w, out_h) {
+        resized.clone()
+    } else {
+        let (x, y) = augment.crop_origin;
+        image::imageops::crop_imm(resized, x, y, out_w, out_h).to_image()
     };
-    // The kernel's own checks (crops and rectangles inside their images, batch size).
-    packed.params((out_h as usize, out_w as usize), pipeline.mean, pipeline.std).ok()?;
-    (batch.height, batch.width) = (out_h as usize, out_w as usize);
-    batch.labels = resized.iter().map(|(i, _)| dataset.samples[*i].label as i64).collect();
-    Some(packed)
+    Ok((crop, ImageAugment { crop_origin: (0, 0), ..augment }))
+}
+
+/// Packs the batch's `crops` (one size, the batch's) for the device into `batch.packed`. When
+/// the kernel refuses them ([`AugmentParams::new`]: over 65535 images or its 32-bit indices,
+/// which the planner's buffer-limit check already rules out in training), the crops go through
+/// the CPU path instead, each with its generator drawn again: a crop is already its output size,
+/// so its draws are the ones the device would have used.
+fn pack_for_device(
+    pipeline: &SamplePipeline,
+    crops: Vec<(usize, RgbImage, ImageAugment)>,
+    seed: u64,
+    batch: &mut Batch,
+) {
+    let out = (batch.height, batch.width);
+    let packed = PackedImages {
+        pixels: crops.iter().flat_map(|(_, crop, _)| device_augment::pack_rgb8(crop.as_raw())).collect(),
+        src: out,
+        augments: crops.iter().map(|(_, _, a)| *a).collect(),
+    };
+    if packed.params(out, pipeline.mean, pipeline.std).is_ok() {
+        batch.packed = Some(packed);
+        return;
+    }
+    for (i, crop, _) in crops {
+        let elems = 3 * crop.width() as usize * crop.height() as usize;
+        // A crop is its output size, so the geometry cannot fail here; zeros keep the labels
+        // aligned if it ever did.
+        let chw = pipeline
+            .tensor_from_resized(&crop, &mut sample_rng(seed, i), &mut StageTimes::default())
+            .map_or_else(|_| vec![0.0; elems], |(chw, ..)| chw);
+        batch.images.extend_from_slice(&chw);
+    }
+}
+
+/// The generator of sample `i` in a pass of `seed`: it depends on the two alone, not on the
+/// thread, the batch or the path (CPU or device) that uses it.
+fn sample_rng(seed: u64, i: usize) -> SmallRng {
+    SmallRng::seed_from_u64(seed ^ (i as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15))
 }
 
 /// Iterator over the batches of one pass, in order, built by worker threads.
@@ -633,6 +678,51 @@ mod tests {
         let later = Arc::new(super::SamplePipeline::from_config(&config, true).with_cache(Some(disk.clone())));
         assert_eq!(run(&later), want, "from disk");
         assert_eq!((disk.stats().misses, disk.stats().disk_hits), (0, 5));
+    }
+
+    #[test]
+    fn a_device_batch_holds_the_cpu_paths_random_crops_as_8_bit_pixels_and_splits_alike() {
+        use std::sync::Arc;
+        let dir = tempfile::tempdir().unwrap();
+        // Mode `crop` from 64x48 photos: the batch carries 32x32 crops, never the sources.
+        let paths = crate::loader_bench::write_photos(dir.path(), 64, 48, 5, 4).unwrap();
+        let dataset = Arc::new(crate::loader_bench::dataset_of(paths));
+        let mut config = crate::presets::load_config("8gb").unwrap();
+        config.set_all(&["data.preprocess.mode=crop".into(), "data.preprocess.crop_size=32".into()]).unwrap();
+        config.augment = crate::config::AugmentConfig {
+            random_crop: true,
+            hflip: false,
+            color_jitter: 0.0,
+            random_erasing: 0.0,
+            on_device: true,
+        };
+        let (mean, std) = (config.data.mean, config.data.std);
+        let pass = super::Pass::in_order(5, 5, 9);
+        let cpu = Arc::new(super::SamplePipeline::from_config(&config, true));
+        let device = Arc::new(super::SamplePipeline::from_config(&config, true).with_device_augment(true));
+        let want = super::batches(dataset.clone(), cpu, pass.clone(), 1, 1).next().unwrap();
+        let got = super::batches(dataset, device, pass, 1, 1).next().unwrap();
+        let packed = got.packed.clone().expect("packed for the device");
+        assert!(got.images.is_empty() && want.packed.is_none());
+        assert_eq!((got.labels.clone(), got.height, got.width), (want.labels.clone(), 32, 32));
+        assert_eq!((packed.src, packed.pixels.len()), ((32, 32), 5 * 32 * 32));
+        assert!(packed.augments.iter().all(|a| a.crop_origin == (0, 0)));
+        // With no other augmentation, normalizing the packed crops gives the CPU path's values:
+        // the same random crop from the same generator.
+        let plane = 32 * 32;
+        for (p, &px) in packed.pixels.iter().enumerate() {
+            let (image, pixel) = (p / plane, p % plane);
+            for c in 0..3 {
+                let v = ((px >> (8 * c)) & 0xff) as f32 / 255.0;
+                let cpu_value = want.images[image * 3 * plane + c * plane + pixel];
+                assert!(((v - mean[c]) / std[c] - cpu_value).abs() < 1e-5, "image {image} pixel {pixel}");
+            }
+        }
+        let pieces = got.split(2);
+        assert_eq!(pieces.iter().map(Batch::len).collect::<Vec<_>>(), vec![3, 2]);
+        let second = pieces[1].packed.as_ref().unwrap();
+        assert_eq!(second.pixels, packed.pixels[3 * plane..]);
+        assert_eq!(second.augments, packed.augments[3..]);
     }
 
     #[test]

@@ -329,7 +329,7 @@ impl Trainer {
         // On the training device, with its checkpointing strategy (operands must share one).
         let images = match self.ad_device.gradient_checkpointing_strategy() {
             Some(strategy) => images.autodiff().with_gradient_checkpointing_strategy(strategy),
-            None => images,
+            None => images.autodiff(),
         };
         let labels = Tensor::<1, Int>::from_data(TensorData::new(batch.labels, [images.dims()[0]]), &self.ad_device);
         Ok((images, labels))

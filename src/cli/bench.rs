@@ -137,6 +137,14 @@ pub fn bench(args: BenchArgs, app: super::App) -> anyhow::Result<ExitCode> {
             serde_json::to_string_pretty(&rows)?
         }
         "loader" => {
+            if args.train_steps > 0 {
+                let device = select_device(&args.device)?;
+                anyhow::ensure!(
+                    crate::device_augment::runs_wgsl(&device.device),
+                    "--train-steps compares augmentation on the CPU and on the device: {} does not run the kernel (a wgpu adapter does)",
+                    device.name
+                );
+            }
             let rows = bench_loader(&args)?;
             println!("{}", crate::loader_bench::table(&rows));
             if args.train_steps > 0 {

@@ -249,7 +249,7 @@ fn knobs_ui(ui: &mut egui::Ui, c: &mut Config, f16_ok: bool, gpu: bool) {
             .on_disabled_hover_text("only a GPU adapter runs the augmentation shader");
     });
     ui.small(if gpu && c.augment.on_device {
-        "augmentation runs on the GPU (batches of one image size)"
+        "augmentation runs on the GPU (the loader cuts the crops)"
     } else {
         "augmentation runs on the CPU workers"
     });

@@ -116,7 +116,7 @@ fn a_one_gib_card_refuses_the_plan_over_it_and_trains_the_plans_under_it() {
 /// under the cap. One out-of-memory retry is allowed, in the first two steps: the first step at
 /// a shape autotunes its kernels with buffers the plan does not count, and the second (the first
 /// with AdamW's moments) can too; autotuning on a loaded machine (the rest of the test suite)
-/// picked kernels whose step-2 reservation was 1.27x the plan once (README, "Memory"). Every
+/// picked kernels whose step-2 reservation was 1.27x the plan once (README, "A capped pool"). Every
 /// step after the retry holds its reservation under the cap.
 fn card_of(budget: u64) {
     let device = gpu().unwrap();
