@@ -50,33 +50,31 @@ pub struct Batch {
     pub skipped: Vec<(String, String)>,
     /// Samples that decoded to one flat colour (trained on, but worth a warning): sources.
     pub flat: Vec<String>,
-    /// The batch as 8-bit source images for the device's augmentation kernel
-    /// ([`SamplePipeline::on_device`]); `images` is then empty and the training step crops,
-    /// augments and normalizes on the device ([`crate::device_augment`]).
+    /// The batch as 8-bit crops for the device's augmentation kernel
+    /// ([`SamplePipeline::on_device`]); `images` is then empty and the training step augments
+    /// and normalizes on the device ([`crate::device_augment`]).
     pub packed: Option<PackedImages>,
 }
 
-/// A batch's resized images before crop, augmentation and normalization, as
-/// [`crate::device_augment::augment_batch`] takes them.
+/// A batch's crops (each the batch's `height` x `width`) before augmentation and normalization,
+/// as [`crate::device_augment::augment_batch`] takes them.
 #[derive(Clone, Debug, PartialEq)]
 pub struct PackedImages {
-    /// `[batch, src_h, src_w]` pixels packed by [`crate::device_augment::pack_rgb8`].
+    /// `[batch, height, width]` pixels packed by [`crate::device_augment::pack_rgb8`].
     pub pixels: Vec<u32>,
-    /// `(height, width)` of every source image, in pixels.
-    pub src: (usize, usize),
-    /// Each image's crop, flip, jitter and erasing, drawn on the CPU from the sample's
-    /// generator as the CPU path draws them.
+    /// Each image's flip, jitter and erasing (crop origin 0: the loader cut the crop), drawn on
+    /// the CPU from the sample's generator as the CPU path draws them.
     pub augments: Vec<ImageAugment>,
 }
 
 impl PackedImages {
-    /// The kernel's parameters for these images cropped to `out` `(height, width)`, normalized
-    /// with `mean` and `std`.
+    /// The kernel's parameters for these crops of `hw` `(height, width)`, normalized with `mean`
+    /// and `std`.
     ///
     /// # Errors
     /// As [`AugmentParams::new`].
-    pub fn params(&self, out: (usize, usize), mean: [f32; 3], std: [f32; 3]) -> crate::Result<AugmentParams> {
-        AugmentParams::new(&self.augments, self.src, out, mean, std)
+    pub fn params(&self, hw: (usize, usize), mean: [f32; 3], std: [f32; 3]) -> crate::Result<AugmentParams> {
+        AugmentParams::new(&self.augments, hw, hw, mean, std)
     }
 }
 
@@ -98,13 +96,10 @@ impl Batch {
             .step_by(per)
             .map(|start| {
                 let end = (start + per).min(n);
-                let packed = self.packed.as_ref().map(|p| {
-                    let src_elems = p.src.0 * p.src.1;
-                    PackedImages {
-                        pixels: p.pixels[start * src_elems..end * src_elems].to_vec(),
-                        src: p.src,
-                        augments: p.augments[start..end].to_vec(),
-                    }
+                let plane = self.height * self.width;
+                let packed = self.packed.as_ref().map(|p| PackedImages {
+                    pixels: p.pixels[start * plane..end * plane].to_vec(),
+                    augments: p.augments[start..end].to_vec(),
                 });
                 Batch {
                     images: if packed.is_some() { vec![] } else { self.images[start * elems..end * elems].to_vec() },
@@ -459,7 +454,6 @@ fn pack_for_device(
     let out = (batch.height, batch.width);
     let packed = PackedImages {
         pixels: crops.iter().flat_map(|(_, crop, _)| device_augment::pack_rgb8(crop.as_raw())).collect(),
-        src: out,
         augments: crops.iter().map(|(_, _, a)| *a).collect(),
     };
     if packed.params(out, pipeline.mean, pipeline.std).is_ok() {
@@ -705,7 +699,7 @@ mod tests {
         let packed = got.packed.clone().expect("packed for the device");
         assert!(got.images.is_empty() && want.packed.is_none());
         assert_eq!((got.labels.clone(), got.height, got.width), (want.labels.clone(), 32, 32));
-        assert_eq!((packed.src, packed.pixels.len()), ((32, 32), 5 * 32 * 32));
+        assert_eq!(packed.pixels.len(), 5 * 32 * 32);
         assert!(packed.augments.iter().all(|a| a.crop_origin == (0, 0)));
         // With no other augmentation, normalizing the packed crops gives the CPU path's values:
         // the same random crop from the same generator.

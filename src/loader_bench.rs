@@ -81,7 +81,7 @@ fn time_uploads(
 
 /// Milliseconds per image of a packed batch's upload and augmentation on the device (the
 /// kernel compiled by a first, untimed launch), synchronized; `None` when the loader did not
-/// pack the batch (images of different sizes).
+/// pack the batch (an empty batch, or one the kernel refuses).
 fn time_device_augment(
     batch: Option<loader::Batch>,
     config: &Config,

@@ -279,11 +279,12 @@ impl Trainer {
                 // The peak in use sits at the end of the forward pass, or (checkpointing) early
                 // in the backward pass.
                 self.device.sync().map_err(|e| StepError::device(&e))?;
-                self.sample_memory(sink);
                 // Under a cap, the reading the run records is one the card must hold: pools
                 // hand free pages back during the backward pass, so the check after it can
                 // read less than this peak.
-                self.check_memory_cap()?;
+                if let Some((_, reserved)) = self.sample_memory(sink) {
+                    self.over_memory_cap(reserved)?;
+                }
                 sampled = true;
             }
             let correct =
@@ -335,16 +336,16 @@ impl Trainer {
         Ok((images, labels))
     }
 
-    /// Samples the device's memory and reports it.
-    fn sample_memory(&mut self, sink: EventSink) {
-        if let Some((in_use, reserved)) = self.tracker.sample(&self.device) {
-            sink(Event::Memory {
-                step: self.state.global_step + 1,
-                bytes_in_use: in_use,
-                bytes_reserved: reserved,
-                peak_bytes_in_use: self.tracker.peak_bytes_in_use,
-            });
-        }
+    /// Samples the device's memory, reports it, and returns `(bytes_in_use, bytes_reserved)`.
+    fn sample_memory(&mut self, sink: EventSink) -> Option<(u64, u64)> {
+        let (in_use, reserved) = self.tracker.sample(&self.device)?;
+        sink(Event::Memory {
+            step: self.state.global_step + 1,
+            bytes_in_use: in_use,
+            bytes_reserved: reserved,
+            peak_bytes_in_use: self.tracker.peak_bytes_in_use,
+        });
+        Some((in_use, reserved))
     }
 
     /// With a memory cap, fails as out of memory when the device's reserved bytes exceed it:
@@ -352,9 +353,20 @@ impl Trainer {
     /// after the first forward pass (the training loop samples every step under a cap), and
     /// after the backward pass, before the update is applied.
     fn check_memory_cap(&self) -> std::result::Result<(), StepError> {
-        let Some(cap) = self.memory_cap else { return Ok(()) };
+        if self.memory_cap.is_none() {
+            return Ok(());
+        }
         match crate::memory::sample(&self.device) {
-            Some((_, reserved)) if reserved > cap => Err(StepError::Device(format!(
+            Some((_, reserved)) => self.over_memory_cap(reserved),
+            None => Ok(()),
+        }
+    }
+
+    /// [`Self::check_memory_cap`] on a reading already taken: out of memory when `reserved`
+    /// bytes exceed the cap.
+    fn over_memory_cap(&self, reserved: u64) -> std::result::Result<(), StepError> {
+        match self.memory_cap {
+            Some(cap) if reserved > cap => Err(StepError::Device(format!(
                 "out of memory: {} reserved over the {} cap (memory.cap_to_budget emulates a card of the budget's size)",
                 crate::memory::human_bytes(reserved),
                 crate::memory::human_bytes(cap)

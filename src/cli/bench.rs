@@ -10,12 +10,12 @@ use clap::Args;
 use super::DeviceArgs;
 use super::commands::{open_data, select_device};
 use crate::config::Config;
+use crate::device::SelectedDevice;
 
 /// `vramfit bench loader`: generated photos in three crop modes of the 8gb preset, and the
 /// bundled data as quickstart loads it.
-fn bench_loader(args: &BenchArgs) -> anyhow::Result<Vec<crate::loader_bench::LoaderBenchRow>> {
+fn bench_loader(args: &BenchArgs, device: &SelectedDevice) -> anyhow::Result<Vec<crate::loader_bench::LoaderBenchRow>> {
     use crate::loader_bench::{dataset_of, measure, write_photos};
-    let device = select_device(&args.device)?;
     let dir = tempfile::tempdir().context("cannot create a folder for the generated photos")?;
     let mut rows = Vec::new();
     let photo = super::load_config("8gb")?;
@@ -27,7 +27,7 @@ fn bench_loader(args: &BenchArgs) -> anyhow::Result<Vec<crate::loader_bench::Loa
             config.set(&format!("data.preprocess.mode={mode}"))?;
             eprintln!("measuring {label}, {mode}...");
             let cache = dir.path().join(format!("cache-{w}x{h}-{mode}"));
-            rows.push(measure(label, dataset_of(paths.clone()), &config, &device, &args.workers, &cache)?);
+            rows.push(measure(label, dataset_of(paths.clone()), &config, device, &args.workers, &cache)?);
         }
     }
     let quick = super::load_config("quickstart")?;
@@ -36,14 +36,16 @@ fn bench_loader(args: &BenchArgs) -> anyhow::Result<Vec<crate::loader_bench::Loa
     let subset =
         crate::dataset::Dataset { class_names: bundled.class_names.clone(), samples: bundled.samples[..n].to_vec() };
     let cache = dir.path().join("cache-bundled");
-    rows.push(measure("bundled Fashion-MNIST (28x28 IDX)", subset, &quick, &device, &args.workers, &cache)?);
+    rows.push(measure("bundled Fashion-MNIST (28x28 IDX)", subset, &quick, device, &args.workers, &cache)?);
     Ok(rows)
 }
 
 /// `vramfit bench loader --train-steps N`: the 8gb preset (batch at most `--images`) trained on
 /// generated 12 MP JPEGs with augmentation on the CPU workers and on the device.
-fn bench_augment_training(args: &BenchArgs) -> anyhow::Result<Vec<crate::loader_bench::AugmentTrainRow>> {
-    let device = select_device(&args.device)?;
+fn bench_augment_training(
+    args: &BenchArgs,
+    device: &SelectedDevice,
+) -> anyhow::Result<Vec<crate::loader_bench::AugmentTrainRow>> {
     let dir = tempfile::tempdir().context("cannot create a folder for the generated photos")?;
     let mut config = super::load_config("8gb")?;
     config.train.batch_size = config.train.batch_size.min(args.images.max(1));
@@ -51,7 +53,7 @@ fn bench_augment_training(args: &BenchArgs) -> anyhow::Result<Vec<crate::loader_
     eprintln!("writing {count} photos of 4000x3000 for training...");
     let paths = crate::loader_bench::write_photos(&dir.path().join("photos"), 4000, 3000, count, 5)?;
     eprintln!("training {} steps per run (augmentation on the CPU, then on the device)...", args.train_steps + 1);
-    Ok(crate::loader_bench::train_augment_comparison(&paths, &config, &device, args.train_steps, dir.path())?)
+    Ok(crate::loader_bench::train_augment_comparison(&paths, &config, device, args.train_steps, dir.path())?)
 }
 
 /// `vramfit bench`.
@@ -137,18 +139,18 @@ pub fn bench(args: BenchArgs, app: super::App) -> anyhow::Result<ExitCode> {
             serde_json::to_string_pretty(&rows)?
         }
         "loader" => {
+            let device = select_device(&args.device)?;
             if args.train_steps > 0 {
-                let device = select_device(&args.device)?;
                 anyhow::ensure!(
                     crate::device_augment::runs_wgsl(&device.device),
                     "--train-steps compares augmentation on the CPU and on the device: {} does not run the kernel (a wgpu adapter does)",
                     device.name
                 );
             }
-            let rows = bench_loader(&args)?;
+            let rows = bench_loader(&args, &device)?;
             println!("{}", crate::loader_bench::table(&rows));
             if args.train_steps > 0 {
-                let trained = bench_augment_training(&args)?;
+                let trained = bench_augment_training(&args, &device)?;
                 println!("\n{}", crate::loader_bench::augment_train_table(&trained));
                 serde_json::to_string_pretty(&serde_json::json!({ "loader": rows, "training": trained }))?
             } else {
