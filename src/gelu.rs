@@ -314,7 +314,7 @@ mod x86 {
 /// `(Φ(x), φ(x))`: the standard normal CDF and density at `x`, branch-free (see module docs).
 #[inline(always)]
 #[allow(clippy::excessive_precision)] // the coefficients as published, not rounded by hand
-fn cdf_and_density(x: f32) -> (f32, f32) {
+pub(crate) fn cdf_and_density(x: f32) -> (f32, f32) {
     // Abramowitz & Stegun, Handbook of Mathematical Functions (1964), formula 7.1.26.
     const P: f32 = 0.327_591_1;
     const A1: f32 = 0.254_829_592;

@@ -24,6 +24,7 @@ pub mod events;
 pub mod export;
 pub mod fault;
 pub mod gelu;
+pub mod group_norm_gelu;
 pub mod gui;
 pub mod idx;
 pub mod image_cache;

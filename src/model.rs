@@ -218,27 +218,23 @@ impl ConvNormAct {
         let c = &self.conv;
         let p = self.padding();
         let options = ConvOptions::new(c.stride, [p, p], c.dilation, c.groups);
-        let x = match precision {
+        let y = match precision {
             Precision::F32 if c.kernel_size == [1, 1] && c.stride == [1, 1] && c.groups == 1 && p == 0 => {
-                let y = if matmul_pointwise(&x.device()) {
+                if matmul_pointwise(&x.device()) {
                     pointwise_as_matmul(x, c.weight.val())
                 } else {
                     burn::tensor::module::conv2d(x, c.weight.val(), None, options)
-                };
-                self.norm.forward(y)
+                }
             }
-            Precision::F32 => {
-                let y = burn::tensor::module::conv2d(x, c.weight.val(), None, options);
-                self.norm.forward(y)
-            }
-            Precision::F16 => {
-                let y = burn::tensor::module::conv2d(x, c.weight.val().cast(FloatDType::F16), None, options);
-                group_norm_f16(y, &self.norm)
-            }
+            Precision::F32 => burn::tensor::module::conv2d(x, c.weight.val(), None, options),
+            Precision::F16 => burn::tensor::module::conv2d(x, c.weight.val().cast(FloatDType::F16), None, options),
         };
-        match self.activation {
-            Activation::Gelu => crate::gelu::gelu(x),
-            Activation::Relu => burn::tensor::activation::relu(x),
+        match (precision, self.activation) {
+            // One fused op on the CPU backends (burn-nn's GroupNorm + GELU elsewhere).
+            (Precision::F32, Activation::Gelu) => crate::group_norm_gelu::group_norm_gelu(y, &self.norm),
+            (Precision::F32, Activation::Relu) => burn::tensor::activation::relu(self.norm.forward(y)),
+            (Precision::F16, Activation::Gelu) => crate::gelu::gelu(group_norm_f16(y, &self.norm)),
+            (Precision::F16, Activation::Relu) => burn::tensor::activation::relu(group_norm_f16(y, &self.norm)),
         }
     }
 }
