@@ -344,7 +344,8 @@ fn exp_nonpositive(v: f32) -> f32 {
     const ROUND: f32 = 12_582_912.0;
     let clamped = v < -87.0;
     let v = v.max(-87.0);
-    let k = (v * std::f32::consts::LOG2_E + ROUND) - ROUND;
+    let rounded = v * std::f32::consts::LOG2_E + ROUND;
+    let k = rounded - ROUND;
     let r = (v - k * LN2_HI) - k * LN2_LO;
     let p = 1.987_569_1e-4;
     let p = p * r + 1.398_199_9e-3;
@@ -353,8 +354,11 @@ fn exp_nonpositive(v: f32) -> f32 {
     let p = p * r + 1.666_666_5e-1;
     let p = p * r + 5.000_000_1e-1;
     let exp_r = p * r * r + r + 1.0;
-    // k is an integer in [-126, 0], so k + 127 is a valid biased exponent.
-    let two_k = f32::from_bits(((k as i32 + 127) as u32) << 23);
+    // k is an integer in [-126, 0], so k + 127 is a valid biased exponent. `rounded` and ROUND
+    // share their exponent, so k is also the difference of their bit patterns: integer
+    // arithmetic that vectorizes, where `k as i32` (a saturating conversion) went scalar.
+    let k_int = rounded.to_bits() as i32 - ROUND.to_bits() as i32;
+    let two_k = f32::from_bits(((k_int + 127) as u32) << 23);
     // Clamped inputs give 0, not exp(-87): so x φ(x) -> 0 for huge |x|, as in the exact form.
     if clamped { 0.0 } else { exp_r * two_k }
 }
