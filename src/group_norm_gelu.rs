@@ -50,6 +50,7 @@ use burn::nn::GroupNorm;
 use burn::tensor::{DType, Tensor};
 use rayon::prelude::*;
 
+use crate::cpu_tensor::{flex, nd};
 use crate::gelu::cdf_and_density;
 
 /// `gelu(group_norm(x))` with `norm`'s groups, epsilon and affine parameters.
@@ -608,53 +609,6 @@ fn dp_channel(x: &[f32], dy: &[f32], (mean, rstd): (f32, f32), (g, b): (f32, f32
         sx += d * xhat;
     }
     (s, sx)
-}
-
-/// Contiguous f32 access to flex tensors.
-mod flex {
-    use burn::tensor::{Bytes, DType};
-    use burn_flex::{FlexTensor, Layout};
-
-    /// `t` itself when contiguous, else a contiguous copy.
-    pub fn contiguous(t: &FlexTensor) -> FlexTensor {
-        if t.as_slice::<f32>().is_some() { t.clone() } else { t.to_contiguous() }
-    }
-
-    /// The f32 contents of a contiguous tensor from [`contiguous`].
-    pub fn f32s(t: &FlexTensor) -> &[f32] {
-        t.as_slice::<f32>().expect("group_norm_gelu takes contiguous f32 tensors (its caller checks the dtype)")
-    }
-
-    /// The tensor's dims.
-    pub fn dims(t: &FlexTensor) -> &[usize] {
-        t.layout().shape()
-    }
-
-    /// A new contiguous f32 tensor with `like`'s shape.
-    pub fn tensor(values: Vec<f32>, like: &FlexTensor) -> FlexTensor {
-        FlexTensor::new(Bytes::from_elems(values), Layout::contiguous(like.layout().shape().clone()), DType::F32)
-    }
-}
-
-/// Contiguous f32 access to ndarray tensors.
-mod nd {
-    use burn_ndarray::NdArrayTensor;
-    use ndarray::{ArrayD, IxDyn};
-
-    /// The f32 contents in standard (row-major) layout, and the shape.
-    pub fn contiguous(t: &NdArrayTensor) -> (Vec<f32>, Vec<usize>) {
-        let NdArrayTensor::F32(storage) = t else {
-            panic!("group_norm_gelu takes f32 tensors (its caller checks the dtype)")
-        };
-        let view = storage.view();
-        (view.as_standard_layout().iter().copied().collect(), view.shape().to_vec())
-    }
-
-    /// A new f32 tensor of `shape`.
-    pub fn tensor(values: Vec<f32>, shape: &[usize]) -> NdArrayTensor {
-        let array = ArrayD::from_shape_vec(IxDyn(shape), values).expect("length matches the shape");
-        NdArrayTensor::from(array.into_shared())
-    }
 }
 
 #[cfg(test)]

@@ -226,6 +226,9 @@ impl ConvNormAct {
                     burn::tensor::module::conv2d(x, c.weight.val(), None, options)
                 }
             }
+            Precision::F32 if c.kernel_size == [3, 3] && c.groups > 1 && p == 1 && c.stride[0] == c.stride[1] => {
+                crate::depthwise_conv::depthwise_conv3x3(x, c.weight.val(), c.stride[0])
+            }
             Precision::F32 => burn::tensor::module::conv2d(x, c.weight.val(), None, options),
             Precision::F16 => burn::tensor::module::conv2d(x, c.weight.val().cast(FloatDType::F16), None, options),
         };

@@ -1,0 +1,63 @@
+//! Contiguous f32 access to the CPU backends' tensors, for vramfit's own CPU kernels
+//! ([`crate::group_norm_gelu`], [`crate::depthwise_conv`]). The kernels' callers check that the
+//! tensors are f32; the accessors panic otherwise.
+// burn-ndarray is deprecated upstream, but it is the CPU fallback users asked for.
+#![allow(deprecated)]
+
+/// burn flex tensors.
+pub mod flex {
+    use burn::tensor::{Bytes, DType, Shape};
+    use burn_flex::{FlexTensor, Layout};
+
+    /// `t` itself when contiguous, else a contiguous copy.
+    pub fn contiguous(t: &FlexTensor) -> FlexTensor {
+        if t.as_slice::<f32>().is_some() { t.clone() } else { t.to_contiguous() }
+    }
+
+    /// The f32 contents of a tensor from [`contiguous`].
+    ///
+    /// # Panics
+    /// If the tensor is not f32.
+    pub fn f32s(t: &FlexTensor) -> &[f32] {
+        t.as_slice::<f32>().expect("vramfit's CPU kernels take f32 tensors (their callers check the dtype)")
+    }
+
+    /// The tensor's dims.
+    pub fn dims(t: &FlexTensor) -> &[usize] {
+        t.layout().shape()
+    }
+
+    /// A new contiguous f32 tensor with `like`'s shape.
+    pub fn tensor(values: Vec<f32>, like: &FlexTensor) -> FlexTensor {
+        FlexTensor::new(Bytes::from_elems(values), Layout::contiguous(like.layout().shape().clone()), DType::F32)
+    }
+
+    /// A new contiguous f32 tensor of `dims`.
+    pub fn tensor_of_shape(values: Vec<f32>, dims: Vec<usize>) -> FlexTensor {
+        FlexTensor::new(Bytes::from_elems(values), Layout::contiguous(Shape::from(dims)), DType::F32)
+    }
+}
+
+/// burn ndarray tensors.
+pub mod nd {
+    use burn_ndarray::NdArrayTensor;
+    use ndarray::{ArrayD, IxDyn};
+
+    /// The f32 contents in standard (row-major) layout, and the dims.
+    ///
+    /// # Panics
+    /// If the tensor is not f32.
+    pub fn contiguous(t: &NdArrayTensor) -> (Vec<f32>, Vec<usize>) {
+        let NdArrayTensor::F32(storage) = t else {
+            panic!("vramfit's CPU kernels take f32 tensors (their callers check the dtype)")
+        };
+        let view = storage.view();
+        (view.as_standard_layout().iter().copied().collect(), view.shape().to_vec())
+    }
+
+    /// A new f32 tensor of `dims`.
+    pub fn tensor(values: Vec<f32>, dims: &[usize]) -> NdArrayTensor {
+        let array = ArrayD::from_shape_vec(IxDyn(dims), values).expect("length matches the dims");
+        NdArrayTensor::from(array.into_shared())
+    }
+}

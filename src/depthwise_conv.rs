@@ -1,0 +1,540 @@
+//! Depthwise 3x3 convolution (padding 1, stride 1 or 2) on the CPU backends, forward and backward.
+//!
+//! The network's depthwise layers run on small planes (14x14, 7x7 and 4x4 on the 28 px
+//! quickstart), and burn flex's depthwise path walks each plane row by row, kernel position by
+//! kernel position: runs of 4 to 14 elements that no vector unit fills. A `perf` profile of
+//! quickstart inference on flex put 27% of the time there (README, "Against PyTorch"); its input
+//! gradient (a generic transposed convolution) was 8% of training. Here every plane becomes one
+//! long flat loop per kernel position:
+//!
+//! ```text
+//! pad the H x W plane by 1 and split it into s x s phase planes of Hp x Wp (s = stride):
+//!   phase[a][b][i][j] = padded[s i + a][s j + b],     Wp = ceil((W + 2) / s)
+//! then for each kernel position (kh, kw), with phase P = phase[kh % s][kw % s] read flat:
+//!   acc[oh Wp + ow] += w[kh][kw] P[(oh + kh / s) Wp + ow + kw / s]     for all oh Wp + ow
+//! y[oh][ow] = acc[oh Wp + ow] for ow < W_out; the other Wp - W_out columns are discarded.
+//! ```
+//! Row `oh` of the accumulator reads row `oh + kh / s` of the phase plane, so a flat index is a
+//! correct 2-D index for every kept column (`ow + kw / s < Wp`). The gradients use the same
+//! phases: `dw[kh][kw] = Σ dy_wide · P` shifted (dot products), and the input gradient scatters
+//! `w[kh][kw] dy_wide` into zeroed phase planes that are then unpadded (`dy_wide` is `dy` with
+//! zeroed extra columns, so they add nothing). Loops run in 16 independent lanes, compiled for
+//! AVX-512 or AVX2 + FMA where the CPU has them. `depthwise_matches_burn_conv2d` checks values and
+//! both gradients against burn's `conv2d` with `groups = C` on both CPU backends, strides 1 and 2,
+//! odd and even sizes, with and without checkpointing.
+//!
+//! GPU devices, other dtypes and other convolutions take burn's `conv2d`: [`depthwise_conv3x3`]
+//! decides.
+// burn-ndarray is deprecated upstream, but it is the CPU fallback users asked for.
+#![allow(deprecated)]
+
+use burn::backend::AutodiffBackend;
+use burn::backend::autodiff::checkpoint::base::Checkpointer;
+use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
+use burn::backend::autodiff::grads::Gradients;
+use burn::backend::autodiff::ops::{Backward, Ops, OpsKind};
+use burn::backend::autodiff::{Autodiff, NodeId};
+use burn::backend::tensor::FloatTensor;
+use burn::backend::{Backend, Dispatch, DispatchDevice, Flex, NdArray, backend_extension};
+use burn::tensor::ops::ConvOptions;
+use burn::tensor::{DType, Tensor};
+use rayon::prelude::*;
+
+use crate::cpu_tensor::{flex, nd};
+
+/// Depthwise 3x3 convolution without bias, padding 1, stride `stride` in both directions.
+///
+/// # Shapes
+/// `x` `[B, C, H, W]`, `weight` `[C, 1, 3, 3]` ->
+/// `[B, C, (H - 1) / stride + 1, (W - 1) / stride + 1]`, same dtype and device.
+///
+/// f32 tensors on a CPU backend (flex, ndarray, or autodiff over either) with stride 1 or 2 take
+/// the kernels here; anything else takes burn's `conv2d` with `groups = C`.
+pub fn depthwise_conv3x3(x: Tensor<4>, weight: Tensor<4>, stride: usize) -> Tensor<4> {
+    let [_, c, _, _] = x.dims();
+    let fast = x.dtype() == DType::F32
+        && weight.dtype() == DType::F32
+        && (stride == 1 || stride == 2)
+        && weight.dims() == [c, 1, 3, 3]
+        && runs_on_cpu_backend(&x.device());
+    if !fast {
+        let options = ConvOptions::new([stride, stride], [1, 1], [1, 1], c);
+        return burn::tensor::module::conv2d(x, weight, None, options);
+    }
+    Tensor::from_dispatch(<Dispatch as CpuDepthwise>::cpu_depthwise3x3(
+        x.into_dispatch(),
+        weight.into_dispatch(),
+        stride,
+    ))
+}
+
+/// Whether `device` (or the device an autodiff device wraps) is burn's flex or ndarray backend.
+fn runs_on_cpu_backend(device: &burn::tensor::Device) -> bool {
+    let inner = device.clone().inner();
+    matches!(inner.as_dispatch(), DispatchDevice::Flex(_) | DispatchDevice::NdArray(_))
+}
+
+/// The backend extension (f32 only; [`depthwise_conv3x3`] checks dtype, stride and shapes).
+#[backend_extension(Flex, NdArray, Autodiff)]
+pub trait CpuDepthwise: Backend {
+    /// The convolution. Shapes: `x` `[B, C, H, W]`, `weight` `[C, 1, 3, 3]` -> `[B, C, H', W']`.
+    fn cpu_depthwise3x3(x: FloatTensor<Self>, weight: FloatTensor<Self>, stride: usize) -> FloatTensor<Self>;
+    /// `(dx, dweight)` for the output gradient `grad` (`[B, C, H', W']`).
+    fn cpu_depthwise3x3_backward(
+        x: FloatTensor<Self>,
+        weight: FloatTensor<Self>,
+        grad: FloatTensor<Self>,
+        stride: usize,
+    ) -> (FloatTensor<Self>, FloatTensor<Self>);
+}
+
+impl CpuDepthwise for Flex {
+    fn cpu_depthwise3x3(x: FloatTensor<Self>, weight: FloatTensor<Self>, stride: usize) -> FloatTensor<Self> {
+        let [x, weight] = [&x, &weight].map(flex::contiguous);
+        let geom = Geometry::of(flex::dims(&x), stride);
+        flex::tensor_of_shape(forward(&geom, flex::f32s(&x), flex::f32s(&weight)), geom.out_dims().to_vec())
+    }
+
+    fn cpu_depthwise3x3_backward(
+        x: FloatTensor<Self>,
+        weight: FloatTensor<Self>,
+        grad: FloatTensor<Self>,
+        stride: usize,
+    ) -> (FloatTensor<Self>, FloatTensor<Self>) {
+        let [x, weight, grad] = [&x, &weight, &grad].map(flex::contiguous);
+        let geom = Geometry::of(flex::dims(&x), stride);
+        let (dx, dw) = backward(&geom, flex::f32s(&x), flex::f32s(&weight), flex::f32s(&grad));
+        (flex::tensor(dx, &x), flex::tensor(dw, &weight))
+    }
+}
+
+impl CpuDepthwise for NdArray {
+    fn cpu_depthwise3x3(x: FloatTensor<Self>, weight: FloatTensor<Self>, stride: usize) -> FloatTensor<Self> {
+        let (x, weight) = (nd::contiguous(&x), nd::contiguous(&weight));
+        let geom = Geometry::of(&x.1, stride);
+        nd::tensor(forward(&geom, &x.0, &weight.0), &geom.out_dims())
+    }
+
+    fn cpu_depthwise3x3_backward(
+        x: FloatTensor<Self>,
+        weight: FloatTensor<Self>,
+        grad: FloatTensor<Self>,
+        stride: usize,
+    ) -> (FloatTensor<Self>, FloatTensor<Self>) {
+        let (x, weight, grad) = (nd::contiguous(&x), nd::contiguous(&weight), nd::contiguous(&grad));
+        let geom = Geometry::of(&x.1, stride);
+        let (dx, dw) = backward(&geom, &x.0, &weight.0, &grad.0);
+        (nd::tensor(dx, &x.1), nd::tensor(dw, &weight.1))
+    }
+}
+
+/// The backward step; the state is the input's and the weight's nodes and the stride.
+#[derive(Debug)]
+struct DepthwiseBackward;
+
+impl<B: Backend + CpuDepthwise> Backward<B, 2> for DepthwiseBackward {
+    type State = (NodeId, NodeId, usize);
+
+    fn backward(self, ops: Ops<Self::State, 2>, grads: &mut Gradients, checkpointer: &mut Checkpointer) {
+        let grad = grads.consume::<B>(&ops.node);
+        let (x, weight, stride) = ops.state;
+        let x = checkpointer.retrieve_node_output::<B::FloatTensorPrimitive>(x);
+        let weight = checkpointer.retrieve_node_output::<B::FloatTensorPrimitive>(weight);
+        let (dx, dw) = B::cpu_depthwise3x3_backward(x, weight, grad, stride);
+        for (parent, grad) in ops.parents.into_iter().zip([dx, dw]) {
+            if let Some(node) = parent {
+                grads.register::<B>(node.id, grad);
+            }
+        }
+    }
+}
+
+impl<B: Backend + CpuDepthwise, C: CheckpointStrategy> CpuDepthwise for Autodiff<B, C> {
+    /// Compute-bound, like burn-autodiff's `conv2d`: the output is kept, the inputs checkpointed.
+    fn cpu_depthwise3x3(x: FloatTensor<Self>, weight: FloatTensor<Self>, stride: usize) -> FloatTensor<Self> {
+        match DepthwiseBackward.prepare::<C>([x.node(), weight.node()]).compute_bound().stateful() {
+            OpsKind::Tracked(mut prep) => {
+                let state = (prep.checkpoint(&x), prep.checkpoint(&weight), stride);
+                prep.finish(state, B::cpu_depthwise3x3(x.primitive().clone(), weight.primitive().clone(), stride))
+            }
+            OpsKind::UnTracked(prep) => {
+                prep.finish(B::cpu_depthwise3x3(x.into_primitive(), weight.into_primitive(), stride))
+            }
+        }
+    }
+
+    /// The inner backend's gradients as untracked tensors: training never calls this (the
+    /// backward step above calls the inner kernel), and no second-order gradient flows through it.
+    fn cpu_depthwise3x3_backward(
+        x: FloatTensor<Self>,
+        weight: FloatTensor<Self>,
+        grad: FloatTensor<Self>,
+        stride: usize,
+    ) -> (FloatTensor<Self>, FloatTensor<Self>) {
+        let (dx, dw) =
+            B::cpu_depthwise3x3_backward(x.into_primitive(), weight.into_primitive(), grad.into_primitive(), stride);
+        (Self::from_inner(dx), Self::from_inner(dw))
+    }
+}
+
+/// Sizes of one convolution and of its phase planes.
+#[derive(Clone, Copy, Debug)]
+pub struct Geometry {
+    /// Samples, `B`.
+    pub batch: usize,
+    /// Channels, `C`.
+    pub channels: usize,
+    /// Input height and width.
+    pub in_hw: (usize, usize),
+    /// Output height and width, `(H - 1) / s + 1` each (kernel 3, padding 1).
+    pub out_hw: (usize, usize),
+    /// Stride `s`, 1 or 2.
+    pub stride: usize,
+    /// Phase plane width, `ceil((W + 2) / s)`.
+    wp: usize,
+    /// Elements per phase plane: `ceil((H + 2) / s) + 1` rows of `wp` (one spare row for the
+    /// flat reads past the last kept column).
+    phase_len: usize,
+}
+
+impl Geometry {
+    /// # Panics
+    /// If `dims` is not 4-D (the caller passes `[B, C, H, W]` tensors).
+    pub fn of(dims: &[usize], stride: usize) -> Self {
+        let [batch, channels, h, w] = dims.try_into().expect("depthwise_conv3x3 takes [B, C, H, W]");
+        let wp = (w + 2).div_ceil(stride);
+        let phase_len = ((h + 2).div_ceil(stride) + 1) * wp;
+        let out_hw = ((h - 1) / stride + 1, (w - 1) / stride + 1);
+        Self { batch, channels, in_hw: (h, w), out_hw, stride, wp, phase_len }
+    }
+
+    /// `[B, C, H', W']`.
+    pub fn out_dims(&self) -> [usize; 4] {
+        [self.batch, self.channels, self.out_hw.0, self.out_hw.1]
+    }
+
+    /// Planes per parallel task: enough work that rayon's scheduling stays small against it.
+    fn planes_per_task(&self) -> usize {
+        (8 * 1024usize).div_ceil((self.in_hw.0 * self.in_hw.1).max(1)).max(1)
+    }
+
+    /// Accumulator length: `H'` rows of `wp`.
+    fn wide_len(&self) -> usize {
+        self.out_hw.0 * self.wp
+    }
+
+    /// Flat offset into phase `(kh % s, kw % s)` for kernel position `(kh, kw)`, and the phase.
+    fn tap(&self, kh: usize, kw: usize) -> (usize, usize) {
+        let s = self.stride;
+        ((kh % s) * s + kw % s, (kh / s) * self.wp + kw / s)
+    }
+}
+
+/// The convolution of contiguous `x` (`[B, C, H, W]`) with `weight` (`[C, 1, 3, 3]`).
+pub fn forward(geom: &Geometry, x: &[f32], weight: &[f32]) -> Vec<f32> {
+    let (h, w) = geom.in_hw;
+    let (oh, ow) = geom.out_hw;
+    let mut out = vec![0f32; geom.batch * geom.channels * oh * ow];
+    if out.is_empty() {
+        return out;
+    }
+    let unit = vector_unit();
+    out.par_chunks_mut(oh * ow)
+        .zip(x.par_chunks(h * w))
+        .enumerate()
+        .with_min_len(geom.planes_per_task())
+        .for_each_init(Scratch::default, |scratch, (i, (out, x))| {
+            let c = i % geom.channels;
+            dispatch(unit, Plane::Forward { x, weight: &weight[c * 9..c * 9 + 9], out }, geom, scratch);
+        });
+    out
+}
+
+/// `(dx, dweight)` of `sum(forward(x, weight) * grad)`.
+pub fn backward(geom: &Geometry, x: &[f32], weight: &[f32], grad: &[f32]) -> (Vec<f32>, Vec<f32>) {
+    let (h, w) = geom.in_hw;
+    let (oh, ow) = geom.out_hw;
+    let mut dx = vec![0f32; x.len()];
+    let mut dw_per_plane = vec![0f32; geom.batch * geom.channels * 9];
+    if !dx.is_empty() && oh * ow > 0 {
+        let unit = vector_unit();
+        dx.par_chunks_mut(h * w)
+            .zip(dw_per_plane.par_chunks_mut(9))
+            .zip(x.par_chunks(h * w).zip(grad.par_chunks(oh * ow)))
+            .enumerate()
+            .with_min_len(geom.planes_per_task())
+            .for_each_init(Scratch::default, |scratch, (i, ((dx, dw), (x, dy)))| {
+                let c = i % geom.channels;
+                let plane = Plane::Backward { x, dy, weight: &weight[c * 9..c * 9 + 9], dx, dw };
+                dispatch(unit, plane, geom, scratch);
+            });
+    }
+    let mut dw = vec![0f32; geom.channels * 9];
+    for (i, partial) in dw_per_plane.chunks_exact(9).enumerate() {
+        let c = i % geom.channels;
+        for (d, p) in dw[c * 9..c * 9 + 9].iter_mut().zip(partial) {
+            *d += p;
+        }
+    }
+    (dx, dw)
+}
+
+/// One (sample, channel) plane's work.
+enum Plane<'a> {
+    /// `out` (`H' x W'`) = the convolution of `x` (`H x W`) with `weight` (9).
+    Forward { x: &'a [f32], weight: &'a [f32], out: &'a mut [f32] },
+    /// `dx` (`H x W`) and this plane's share of `dw` (9) for `dy` (`H' x W'`).
+    Backward { x: &'a [f32], dy: &'a [f32], weight: &'a [f32], dx: &'a mut [f32], dw: &'a mut [f32] },
+}
+
+/// Per-thread buffers: phase planes and the wide accumulator.
+#[derive(Default)]
+struct Scratch {
+    phases: Vec<f32>,
+    wide: Vec<f32>,
+}
+
+/// The widest vector unit this CPU has that the kernels are compiled for.
+#[derive(Clone, Copy)]
+enum VectorUnit {
+    Avx512,
+    Avx2Fma,
+    Portable,
+}
+
+/// Detected once per op (std caches the CPUID answer).
+fn vector_unit() -> VectorUnit {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if std::arch::is_x86_feature_detected!("avx512f") {
+            return VectorUnit::Avx512;
+        }
+        if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
+            return VectorUnit::Avx2Fma;
+        }
+    }
+    VectorUnit::Portable
+}
+
+/// One plane, compiled for `unit`.
+fn dispatch(unit: VectorUnit, plane: Plane<'_>, geom: &Geometry, scratch: &mut Scratch) {
+    match unit {
+        // SAFETY: vector_unit() answers Avx512 only when the CPU has AVX-512F.
+        #[cfg(target_arch = "x86_64")]
+        VectorUnit::Avx512 => unsafe { x86::plane_avx512(plane, geom, scratch) },
+        // SAFETY: vector_unit() answers Avx2Fma only when the CPU has AVX2 and FMA.
+        #[cfg(target_arch = "x86_64")]
+        VectorUnit::Avx2Fma => unsafe { x86::plane_avx2(plane, geom, scratch) },
+        _ => run_plane(plane, geom, scratch),
+    }
+}
+
+/// [`run_plane`] compiled for wider vector units; chosen at run time above.
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    use super::{Geometry, Plane, Scratch};
+    #[target_feature(enable = "avx512f")]
+    pub fn plane_avx512(plane: Plane<'_>, geom: &Geometry, scratch: &mut Scratch) {
+        super::run_plane(plane, geom, scratch);
+    }
+    #[target_feature(enable = "avx2,fma")]
+    pub fn plane_avx2(plane: Plane<'_>, geom: &Geometry, scratch: &mut Scratch) {
+        super::run_plane(plane, geom, scratch);
+    }
+}
+
+#[inline(always)]
+fn run_plane(plane: Plane<'_>, geom: &Geometry, scratch: &mut Scratch) {
+    match plane {
+        Plane::Forward { x, weight, out } => forward_plane(x, weight, out, geom, scratch),
+        Plane::Backward { x, dy, weight, dx, dw } => backward_plane(x, dy, weight, dx, dw, geom, scratch),
+    }
+}
+
+/// Fills `phases` (zeroed, `s²` planes of `phase_len`) from the `H x W` plane `x`.
+#[inline(always)]
+fn split_into_phases(x: &[f32], geom: &Geometry, phases: &mut Vec<f32>) {
+    let (s, wp, len) = (geom.stride, geom.wp, geom.phase_len);
+    let (h, w) = geom.in_hw;
+    phases.clear();
+    phases.resize(s * s * len, 0.0);
+    for (ih, row) in x.chunks_exact(w).take(h).enumerate() {
+        let ph = ih + 1;
+        let base = (ph % s) * s * len + (ph / s) * wp;
+        if s == 1 {
+            phases[base + 1..base + 1 + w].copy_from_slice(row);
+        } else {
+            // Padded column iw + 1: even columns go to phase b = 0, odd ones to b = 1.
+            for (iw, &v) in row.iter().enumerate() {
+                let pw = iw + 1;
+                phases[base + (pw % 2) * len + pw / 2] = v;
+            }
+        }
+    }
+}
+
+/// Reads the `H x W` plane back out of phase planes laid out as [`split_into_phases`] writes.
+#[inline(always)]
+fn merge_from_phases(phases: &[f32], geom: &Geometry, x: &mut [f32]) {
+    let (s, wp, len) = (geom.stride, geom.wp, geom.phase_len);
+    let w = geom.in_hw.1;
+    for (ih, row) in x.chunks_exact_mut(w).enumerate() {
+        let ph = ih + 1;
+        let base = (ph % s) * s * len + (ph / s) * wp;
+        if s == 1 {
+            row.copy_from_slice(&phases[base + 1..base + 1 + w]);
+        } else {
+            for (iw, v) in row.iter_mut().enumerate() {
+                let pw = iw + 1;
+                *v = phases[base + (pw % 2) * len + pw / 2];
+            }
+        }
+    }
+}
+
+#[inline(always)]
+fn forward_plane(x: &[f32], weight: &[f32], out: &mut [f32], geom: &Geometry, scratch: &mut Scratch) {
+    split_into_phases(x, geom, &mut scratch.phases);
+    let n = geom.wide_len();
+    scratch.wide.clear();
+    scratch.wide.resize(n, 0.0);
+    // The nine shifted views, each exactly n long, summed in one pass: one store per output.
+    let tap = |k: usize| {
+        let (phase, offset) = geom.tap(k / 3, k % 3);
+        &scratch.phases[phase * geom.phase_len + offset..][..n]
+    };
+    let taps: [&[f32]; 9] = std::array::from_fn(tap);
+    let w: [f32; 9] = std::array::from_fn(|k| weight[k]);
+    for (i, o) in scratch.wide.iter_mut().enumerate() {
+        let mut acc = 0.0;
+        for k in 0..9 {
+            acc += w[k] * taps[k][i];
+        }
+        *o = acc;
+    }
+    let ow = geom.out_hw.1;
+    for (row, wide) in out.chunks_exact_mut(ow).zip(scratch.wide.chunks_exact(geom.wp)) {
+        row.copy_from_slice(&wide[..ow]);
+    }
+}
+
+#[inline(always)]
+fn backward_plane(
+    x: &[f32],
+    dy: &[f32],
+    weight: &[f32],
+    dx: &mut [f32],
+    dw: &mut [f32],
+    geom: &Geometry,
+    scratch: &mut Scratch,
+) {
+    let (n, ow) = (geom.wide_len(), geom.out_hw.1);
+    // dy with zeroed extra columns, Wp wide.
+    scratch.wide.clear();
+    scratch.wide.resize(n, 0.0);
+    for (wide, row) in scratch.wide.chunks_exact_mut(geom.wp).zip(dy.chunks_exact(ow)) {
+        wide[..ow].copy_from_slice(row);
+    }
+    // Weight gradient: dw[k] = Σ dy_wide · phase, shifted.
+    split_into_phases(x, geom, &mut scratch.phases);
+    for kh in 0..3 {
+        for kw in 0..3 {
+            let (phase, offset) = geom.tap(kh, kw);
+            let src = &scratch.phases[phase * geom.phase_len + offset..][..n];
+            dw[kh * 3 + kw] = dot(&scratch.wide, src);
+        }
+    }
+    // Input gradient: scatter w dy_wide into zeroed phases, then unpad.
+    scratch.phases.iter_mut().for_each(|v| *v = 0.0);
+    for kh in 0..3 {
+        for kw in 0..3 {
+            let (phase, offset) = geom.tap(kh, kw);
+            let dst = &mut scratch.phases[phase * geom.phase_len + offset..][..n];
+            let wv = weight[kh * 3 + kw];
+            for (d, &g) in dst.iter_mut().zip(&scratch.wide) {
+                *d += wv * g;
+            }
+        }
+    }
+    merge_from_phases(&scratch.phases, geom, dx);
+}
+
+/// `Σ a_i b_i` in 16 independent partial sums (so the compiler vectorizes it).
+#[inline(always)]
+fn dot(a: &[f32], b: &[f32]) -> f32 {
+    const LANES: usize = 16;
+    let mut acc = [0f32; LANES];
+    let (ca, cb) = (a.chunks_exact(LANES), b.chunks_exact(LANES));
+    let tail: f32 = ca.remainder().iter().zip(cb.remainder()).map(|(x, y)| x * y).sum();
+    for (x, y) in ca.zip(cb) {
+        for l in 0..LANES {
+            acc[l] += x[l] * y[l];
+        }
+    }
+    acc.iter().sum::<f32>() + tail
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use burn::tensor::{Device, Distribution, TensorData, Tolerance};
+
+    /// Values and both gradients of `sum(conv(x, w) * g)` on `device`.
+    fn run(device: &Device, x: &TensorData, w: &TensorData, stride: usize, fast: bool) -> [TensorData; 3] {
+        let xt = Tensor::<4>::from_data(x.clone(), device).require_grad();
+        let wt = Tensor::<4>::from_data(w.clone(), device).require_grad();
+        let y = if fast {
+            depthwise_conv3x3(xt.clone(), wt.clone(), stride)
+        } else {
+            let c = wt.dims()[0];
+            burn::tensor::module::conv2d(
+                xt.clone(),
+                wt.clone(),
+                None,
+                ConvOptions::new([stride, stride], [1, 1], [1, 1], c),
+            )
+        };
+        // A fixed, non-uniform output gradient.
+        let n = y.shape().num_elements();
+        let g = TensorData::new((0..n).map(|i| ((i * 7 % 11) as f32 - 5.0) * 0.1).collect::<Vec<_>>(), y.dims());
+        let y = y * Tensor::<4>::from_data(g, device);
+        let grads = y.clone().sum().backward();
+        [y.into_data(), xt.grad(&grads).expect("dx").into_data(), wt.grad(&grads).expect("dw").into_data()]
+    }
+
+    #[test]
+    fn depthwise_matches_burn_conv2d() {
+        let flex = Device::flex();
+        let random = |dims: [usize; 4]| Tensor::<4>::random(dims, Distribution::Normal(0.0, 1.0), &flex).into_data();
+        for (h, w) in [(7, 5), (8, 9), (14, 14), (4, 4), (1, 3)] {
+            let x = random([2, 3, h, w]);
+            let weight = random([3, 1, 3, 3]);
+            for stride in [1, 2] {
+                let want = run(&flex.clone().autodiff(), &x, &weight, stride, false);
+                for base in [Device::flex(), Device::ndarray()] {
+                    for checkpointing in [false, true] {
+                        let device = if checkpointing {
+                            base.clone().autodiff().gradient_checkpointing()
+                        } else {
+                            base.clone().autodiff()
+                        };
+                        let got = run(&device, &x, &weight, stride, true);
+                        for (what, (got, want)) in ["y", "dx", "dw"].iter().zip(got.iter().zip(&want)) {
+                            eprintln!("{what}: {h}x{w}, stride {stride}, {base:?}, checkpointing {checkpointing}");
+                            got.assert_approx_eq::<f32>(want, Tolerance::absolute(1e-5).set_relative(1e-5));
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn other_convolutions_fall_back_to_burn() {
+        // Stride 3 is not a kernel here: burn's conv2d answers, with its own output size.
+        let device = Device::flex();
+        let x = Tensor::<4>::random([1, 2, 7, 7], Distribution::Normal(0.0, 1.0), &device);
+        let w = Tensor::<4>::random([2, 1, 3, 3], Distribution::Normal(0.0, 1.0), &device);
+        assert_eq!(depthwise_conv3x3(x, w, 3).dims(), [1, 2, 3, 3]);
+    }
+}
