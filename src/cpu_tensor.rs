@@ -40,19 +40,26 @@ pub mod flex {
 
 /// burn ndarray tensors.
 pub mod nd {
+    use std::borrow::Cow;
+
     use burn_ndarray::NdArrayTensor;
     use ndarray::{ArrayD, IxDyn};
 
-    /// The f32 contents in standard (row-major) layout, and the dims.
+    /// The f32 contents in standard (row-major) layout (borrowed when the tensor already is, as
+    /// every tensor the network's ops produce is; copied otherwise), and the dims.
     ///
     /// # Panics
     /// If the tensor is not f32.
-    pub fn contiguous(t: &NdArrayTensor) -> (Vec<f32>, Vec<usize>) {
+    pub fn contiguous(t: &NdArrayTensor) -> (Cow<'_, [f32]>, Vec<usize>) {
         let NdArrayTensor::F32(storage) = t else {
             panic!("vramfit's CPU kernels take f32 tensors (their callers check the dtype)")
         };
         let view = storage.view();
-        (view.as_standard_layout().iter().copied().collect(), view.shape().to_vec())
+        let dims = view.shape().to_vec();
+        match view.to_slice() {
+            Some(values) => (Cow::Borrowed(values), dims),
+            None => (Cow::Owned(view.as_standard_layout().into_owned().into_raw_vec_and_offset().0), dims),
+        }
     }
 
     /// A new f32 tensor of `dims`.
