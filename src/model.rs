@@ -264,7 +264,9 @@ fn matmul_pointwise(device: &Device) -> bool {
 fn pointwise_as_matmul(x: Tensor<4>, weight: Tensor<4>) -> Tensor<4> {
     let [b, c_in, h, w] = x.dims();
     let [c_out, ..] = weight.dims();
-    let y = weight.reshape([1, c_out, c_in]).expand([b, c_out, c_in]).matmul(x.reshape([b, c_in, h * w]));
+    // Broadcast, not expanded: an expanded weight is copied once per sample before the product
+    // (B x C_out x C_in floats; 15% of an ndarray quickstart inference profile).
+    let y = weight.reshape([1, c_out, c_in]).matmul(x.reshape([b, c_in, h * w]));
     y.reshape([b, c_out, h, w])
 }
 
