@@ -63,6 +63,10 @@ fn time_uploads(
     let upload_ms_per_image = match first {
         Some(batch) if !batch.is_empty() => {
             let images = batch.len();
+            // An untimed first upload: the device's first transfer sets up its staging buffers.
+            let (x, labels) = crate::eval::batch_tensors(batch.clone(), &device.device);
+            device.device.sync().map_err(|e| Error::device(&e))?;
+            drop((x, labels));
             let t = Instant::now();
             let (x, labels) = crate::eval::batch_tensors(batch, &device.device);
             device.device.sync().map_err(|e| Error::device(&e))?;
@@ -164,9 +168,14 @@ pub fn measure(
     };
     let dataset = Arc::new(dataset);
     let pipe = Arc::new(pipe);
-    let batch_size = 16.min(dataset.samples.len()).max(1);
+    // Small batches, so that every worker measured gets batches to build (workers take whole
+    // batches: one batch of 8 photos kept the second worker idle, so 1 and 2 workers read alike).
+    let batch_size = 2.min(dataset.samples.len()).max(1);
     let pass = loader::Pass::in_order(dataset.samples.len(), batch_size, 7);
-    let (upload_ms_per_image, device_augment_ms_per_image) = time_uploads(&dataset, &pipe, &pass, config, device)?;
+    // Uploads are timed on one batch of up to 16, as training would send them.
+    let upload_pass = loader::Pass::in_order(dataset.samples.len(), 16.min(dataset.samples.len()).max(1), 7);
+    let (upload_ms_per_image, device_augment_ms_per_image) =
+        time_uploads(&dataset, &pipe, &upload_pass, config, device)?;
     let mut images_per_sec = Vec::new();
     for &w in workers {
         let t = Instant::now();
