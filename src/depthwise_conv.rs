@@ -287,11 +287,14 @@ enum Plane<'a> {
     Backward { x: &'a [f32], dy: &'a [f32], weight: &'a [f32], dx: &'a mut [f32], dw: &'a mut [f32] },
 }
 
-/// Per-thread buffers: phase planes and the wide accumulator.
+/// Per-task buffers (one convolution's geometry): phase planes and the wide accumulator.
 #[derive(Default)]
 struct Scratch {
     phases: Vec<f32>,
     wide: Vec<f32>,
+    /// `phases` is zero wherever [`split_into_phases`] does not write (its padding), so the next
+    /// plane of the same geometry needs only its own values written.
+    borders_zero: bool,
 }
 
 /// The widest vector unit this CPU has that the kernels are compiled for.
@@ -351,13 +354,18 @@ fn run_plane(plane: Plane<'_>, geom: &Geometry, scratch: &mut Scratch) {
     }
 }
 
-/// Fills `phases` (zeroed, `s²` planes of `phase_len`) from the `H x W` plane `x`.
+/// Fills `scratch.phases` (`s²` planes of `phase_len`, zero in their padding) from the `H x W`
+/// plane `x`.
 #[inline(always)]
-fn split_into_phases(x: &[f32], geom: &Geometry, phases: &mut Vec<f32>) {
+fn split_into_phases(x: &[f32], geom: &Geometry, scratch: &mut Scratch) {
     let (s, wp, len) = (geom.stride, geom.wp, geom.phase_len);
     let (h, w) = geom.in_hw;
-    phases.clear();
-    phases.resize(s * s * len, 0.0);
+    let phases = &mut scratch.phases;
+    if !scratch.borders_zero || phases.len() != s * s * len {
+        phases.clear();
+        phases.resize(s * s * len, 0.0);
+        scratch.borders_zero = true;
+    }
     for (ih, row) in x.chunks_exact(w).take(h).enumerate() {
         let ph = ih + 1;
         let base = (ph % s) * s * len + (ph / s) * wp;
@@ -394,10 +402,9 @@ fn merge_from_phases(phases: &[f32], geom: &Geometry, x: &mut [f32]) {
 
 #[inline(always)]
 fn forward_plane(x: &[f32], weight: &[f32], out: &mut [f32], geom: &Geometry, scratch: &mut Scratch) {
-    split_into_phases(x, geom, &mut scratch.phases);
+    split_into_phases(x, geom, scratch);
     let n = geom.wide_len();
-    scratch.wide.clear();
-    scratch.wide.resize(n, 0.0);
+    scratch.wide.resize(n, 0.0); // every element is written below
     // The nine shifted views, each exactly n long, summed in one pass: one store per output.
     let tap = |k: usize| {
         let (phase, offset) = geom.tap(k / 3, k % 3);
@@ -436,7 +443,7 @@ fn backward_plane(
         wide[..ow].copy_from_slice(row);
     }
     // Weight gradient: dw[k] = Σ dy_wide · phase, shifted.
-    split_into_phases(x, geom, &mut scratch.phases);
+    split_into_phases(x, geom, scratch);
     for kh in 0..3 {
         for kw in 0..3 {
             let (phase, offset) = geom.tap(kh, kw);
@@ -446,6 +453,7 @@ fn backward_plane(
     }
     // Input gradient: scatter w dy_wide into zeroed phases, then unpad.
     scratch.phases.iter_mut().for_each(|v| *v = 0.0);
+    scratch.borders_zero = false; // the scatter below writes the padding too
     for kh in 0..3 {
         for kw in 0..3 {
             let (phase, offset) = geom.tap(kh, kw);
