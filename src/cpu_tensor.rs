@@ -68,3 +68,22 @@ pub mod nd {
         NdArrayTensor::from(array.into_shared())
     }
 }
+
+/// Seeded test inputs for the CPU kernels' tests.
+#[cfg(test)]
+pub mod test_data {
+    use burn::tensor::TensorData;
+    use rand::{Rng, SeedableRng};
+
+    /// `dims`-shaped values of mean `mean` and standard deviation about `std` (the sum of four
+    /// uniforms, Irwin-Hall), the same for the same `seed` on every run.
+    pub fn normal(dims: &[usize], mean: f32, std: f32, seed: u64) -> TensorData {
+        let mut rng = rand::rngs::SmallRng::seed_from_u64(seed);
+        let n = dims.iter().product::<usize>();
+        // Four uniforms on [0, 1) sum to mean 2, variance 1/3.
+        let values: Vec<f32> = (0..n)
+            .map(|_| mean + std * ((0..4).map(|_| rng.random::<f32>()).sum::<f32>() - 2.0) * 3f32.sqrt())
+            .collect();
+        TensorData::new(values, dims.to_vec())
+    }
+}

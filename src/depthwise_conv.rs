@@ -18,8 +18,8 @@
 //! correct 2-D index for every kept column (`ow + kw / s < Wp`). The gradients use the same
 //! phases: `dw[kh][kw] = Σ dy_wide · P` shifted (dot products), and the input gradient scatters
 //! `w[kh][kw] dy_wide` into zeroed phase planes that are then unpadded (`dy_wide` is `dy` with
-//! zeroed extra columns, so they add nothing). Loops run in 16 independent lanes, compiled for
-//! AVX-512 or AVX2 + FMA where the CPU has them. `depthwise_matches_burn_conv2d` checks values and
+//! zeroed extra columns, so they add nothing). The loops are flat and branch-free (the dot
+//! products in 16 independent lanes), compiled for AVX-512 or AVX2 + FMA where the CPU has them. `depthwise_matches_burn_conv2d` checks values and
 //! both gradients against burn's `conv2d` with `groups = C` on both CPU backends, strides 1 and 2,
 //! odd and even sizes, with and without checkpointing.
 //!
@@ -51,8 +51,10 @@ use crate::cpu_tensor::{flex, nd};
 /// f32 tensors on a CPU backend (flex, ndarray, or autodiff over either) with stride 1 or 2 take
 /// the kernels here; anything else takes burn's `conv2d` with `groups = C`.
 pub fn depthwise_conv3x3(x: Tensor<4>, weight: Tensor<4>, stride: usize) -> Tensor<4> {
-    let [_, c, _, _] = x.dims();
+    let [_, c, h, w] = x.dims();
     let fast = x.dtype() == DType::F32
+        && h > 0
+        && w > 0
         && weight.dtype() == DType::F32
         && (stride == 1 || stride == 2)
         && weight.dims() == [c, 1, 3, 3]
@@ -223,7 +225,7 @@ impl Geometry {
         self.out_hw.0 * self.wp
     }
 
-    /// Flat offset into phase `(kh % s, kw % s)` for kernel position `(kh, kw)`, and the phase.
+    /// `(phase, flat offset into it)` for kernel position `(kh, kw)`: phase `(kh % s, kw % s)`.
     fn tap(&self, kh: usize, kw: usize) -> (usize, usize) {
         let s = self.stride;
         ((kh % s) * s + kw % s, (kh / s) * self.wp + kw / s)
@@ -292,9 +294,10 @@ enum Plane<'a> {
 struct Scratch {
     phases: Vec<f32>,
     wide: Vec<f32>,
-    /// `phases` is zero wherever [`split_into_phases`] does not write (its padding), so the next
-    /// plane of the same geometry needs only its own values written.
-    borders_zero: bool,
+    /// `(H, W, stride)` of the planes `phases` was last split for, while it is zero wherever
+    /// [`split_into_phases`] does not write (its padding): the next plane of the same geometry
+    /// then needs only its own values written. `None` after anything else wrote the padding.
+    zero_padding_for: Option<(usize, usize, usize)>,
 }
 
 /// The widest vector unit this CPU has that the kernels are compiled for.
@@ -361,10 +364,10 @@ fn split_into_phases(x: &[f32], geom: &Geometry, scratch: &mut Scratch) {
     let (s, wp, len) = (geom.stride, geom.wp, geom.phase_len);
     let (h, w) = geom.in_hw;
     let phases = &mut scratch.phases;
-    if !scratch.borders_zero || phases.len() != s * s * len {
+    if scratch.zero_padding_for != Some((h, w, s)) {
         phases.clear();
         phases.resize(s * s * len, 0.0);
-        scratch.borders_zero = true;
+        scratch.zero_padding_for = Some((h, w, s));
     }
     for (ih, row) in x.chunks_exact(w).take(h).enumerate() {
         let ph = ih + 1;
@@ -453,7 +456,7 @@ fn backward_plane(
     }
     // Input gradient: scatter w dy_wide into zeroed phases, then unpad.
     scratch.phases.iter_mut().for_each(|v| *v = 0.0);
-    scratch.borders_zero = false; // the scatter below writes the padding too
+    scratch.zero_padding_for = None; // the scatter below writes the padding too
     for kh in 0..3 {
         for kw in 0..3 {
             let (phase, offset) = geom.tap(kh, kw);
@@ -485,11 +488,23 @@ fn dot(a: &[f32], b: &[f32]) -> f32 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use burn::tensor::{Device, Distribution, TensorData, Tolerance};
+    use burn::tensor::{Device, TensorData, Tolerance};
+
+    use crate::cpu_tensor::test_data::normal;
 
     /// Values and both gradients of `sum(conv(x, w) * g)` on `device`.
-    fn run(device: &Device, x: &TensorData, w: &TensorData, stride: usize, fast: bool) -> [TensorData; 3] {
-        let xt = Tensor::<4>::from_data(x.clone(), device).require_grad();
+    /// With `strided`, `x` holds `[B, C, W, H]` and the convolution sees it transposed (a
+    /// non-contiguous input, as after a permute).
+    fn run(
+        device: &Device,
+        x: &TensorData,
+        w: &TensorData,
+        stride: usize,
+        fast: bool,
+        strided: bool,
+    ) -> [TensorData; 3] {
+        let leaf = Tensor::<4>::from_data(x.clone(), device).require_grad();
+        let xt = if strided { leaf.clone().swap_dims(2, 3) } else { leaf.clone() };
         let wt = Tensor::<4>::from_data(w.clone(), device).require_grad();
         let y = if fast {
             depthwise_conv3x3(xt.clone(), wt.clone(), stride)
@@ -507,29 +522,34 @@ mod tests {
         let g = TensorData::new((0..n).map(|i| ((i * 7 % 11) as f32 - 5.0) * 0.1).collect::<Vec<_>>(), y.dims());
         let y = y * Tensor::<4>::from_data(g, device);
         let grads = y.clone().sum().backward();
-        [y.into_data(), xt.grad(&grads).expect("dx").into_data(), wt.grad(&grads).expect("dw").into_data()]
+        [y.into_data(), leaf.grad(&grads).expect("dx").into_data(), wt.grad(&grads).expect("dw").into_data()]
     }
 
     #[test]
     fn depthwise_matches_burn_conv2d() {
         let flex = Device::flex();
-        let random = |dims: [usize; 4]| Tensor::<4>::random(dims, Distribution::Normal(0.0, 1.0), &flex).into_data();
-        for (h, w) in [(7, 5), (8, 9), (14, 14), (4, 4), (1, 3)] {
-            let x = random([2, 3, h, w]);
-            let weight = random([3, 1, 3, 3]);
-            for stride in [1, 2] {
-                let want = run(&flex.clone().autodiff(), &x, &weight, stride, false);
-                for base in [Device::flex(), Device::ndarray()] {
-                    for checkpointing in [false, true] {
-                        let device = if checkpointing {
-                            base.clone().autodiff().gradient_checkpointing()
-                        } else {
-                            base.clone().autodiff()
-                        };
-                        let got = run(&device, &x, &weight, stride, true);
-                        for (what, (got, want)) in ["y", "dx", "dw"].iter().zip(got.iter().zip(&want)) {
-                            eprintln!("{what}: {h}x{w}, stride {stride}, {base:?}, checkpointing {checkpointing}");
-                            got.assert_approx_eq::<f32>(want, Tolerance::absolute(1e-5).set_relative(1e-5));
+        let sizes = [(7, 5), (8, 9), (14, 14), (4, 4), (1, 3), (3, 1), (2, 2), (1, 1)];
+        for (i, (h, w)) in sizes.into_iter().enumerate() {
+            let weight = normal(&[3, 1, 3, 3], 0.0, 1.0, 100 + i as u64);
+            for strided in [false, true] {
+                let dims = if strided { [2, 3, w, h] } else { [2, 3, h, w] };
+                let x = normal(&dims, 0.0, 1.0, i as u64);
+                for stride in [1, 2] {
+                    let want = run(&flex.clone().autodiff(), &x, &weight, stride, false, strided);
+                    for base in [Device::flex(), Device::ndarray()] {
+                        for checkpointing in [false, true] {
+                            let device = if checkpointing {
+                                base.clone().autodiff().gradient_checkpointing()
+                            } else {
+                                base.clone().autodiff()
+                            };
+                            let got = run(&device, &x, &weight, stride, true, strided);
+                            for (what, (got, want)) in ["y", "dx", "dw"].iter().zip(got.iter().zip(&want)) {
+                                eprintln!(
+                                    "{what}: {h}x{w} (strided {strided}), stride {stride}, {base:?}, checkpointing {checkpointing}"
+                                );
+                                got.assert_approx_eq::<f32>(want, Tolerance::absolute(1e-5).set_relative(1e-5));
+                            }
                         }
                     }
                 }
@@ -541,8 +561,12 @@ mod tests {
     fn other_convolutions_fall_back_to_burn() {
         // Stride 3 is not a kernel here: burn's conv2d answers, with its own output size.
         let device = Device::flex();
-        let x = Tensor::<4>::random([1, 2, 7, 7], Distribution::Normal(0.0, 1.0), &device);
-        let w = Tensor::<4>::random([2, 1, 3, 3], Distribution::Normal(0.0, 1.0), &device);
-        assert_eq!(depthwise_conv3x3(x, w, 3).dims(), [1, 2, 3, 3]);
+        let x = Tensor::<4>::from_data(normal(&[1, 2, 7, 7], 0.0, 1.0, 1), &device);
+        let w = Tensor::<4>::from_data(normal(&[2, 1, 3, 3], 0.0, 1.0, 2), &device);
+        let want =
+            burn::tensor::module::conv2d(x.clone(), w.clone(), None, ConvOptions::new([3, 3], [1, 1], [1, 1], 2));
+        let got = depthwise_conv3x3(x, w, 3);
+        assert_eq!(got.dims(), [1, 2, 3, 3]);
+        got.into_data().assert_approx_eq::<f32>(&want.into_data(), Tolerance::absolute(1e-6));
     }
 }

@@ -5,9 +5,9 @@
 //! records and replays each one; the GELU after it is one more pass. On the 28 px quickstart
 //! network those elementwise passes, their allocations and their autodiff bookkeeping were most
 //! of a `perf` profile of CPU training after the convolutions (README, "Against PyTorch"). This
-//! module computes the same function per (sample, group) in two passes over the group (its
-//! statistics, then normalize + affine + GELU), and its input, scale and shift gradients in two
-//! more:
+//! module computes the same function per (sample, group) in three reads of the group (the mean,
+//! the centred variance, then normalize + affine + GELU into the output), and its input, scale
+//! and shift gradients in four (the statistics again, then `dp` with its sums, then `dx`):
 //!
 //! ```text
 //! forward, per sample b and group g of n = (C / G) H W elements:
@@ -66,7 +66,9 @@ pub fn group_norm_gelu(x: Tensor<4>, norm: &GroupNorm) -> Tensor<4> {
         return crate::gelu::gelu(norm.forward(x));
     };
     let [_, c, _, _] = x.dims();
-    if x.dtype() != DType::F32 || !runs_on_cpu_backend(&x.device()) || !c.is_multiple_of(norm.num_groups) {
+    let f32_params = gamma.val().dtype() == DType::F32 && beta.val().dtype() == DType::F32;
+    let shapes_fit = gamma.dims() == [c] && beta.dims() == [c] && c.is_multiple_of(norm.num_groups);
+    if x.dtype() != DType::F32 || !f32_params || !shapes_fit || !runs_on_cpu_backend(&x.device()) {
         return crate::gelu::gelu(norm.forward(x));
     }
     Tensor::from_dispatch(<Dispatch as CpuGroupNormGelu>::cpu_group_norm_gelu(
@@ -615,15 +617,19 @@ fn dp_channel(x: &[f32], dy: &[f32], (mean, rstd): (f32, f32), (g, b): (f32, f32
 mod tests {
     use super::*;
     use burn::nn::GroupNormConfig;
-    use burn::tensor::{Device, Distribution, TensorData, Tolerance};
+    use burn::tensor::{Device, TensorData, Tolerance};
+
+    use crate::cpu_tensor::test_data::normal;
 
     /// Values and the input, γ and β gradients of `sum(act(x) * w)` on `device`, `act` the fused
     /// op or burn-nn's GroupNorm (3 groups) + burn's exact GELU.
-    fn run(device: &Device, [x, gamma, beta, w]: &[TensorData; 4], fused: bool) -> [TensorData; 4] {
+    /// With `strided`, `x` holds `[B, C, W, H]` and the op sees it transposed (non-contiguous).
+    fn run(device: &Device, [x, gamma, beta, w]: &[TensorData; 4], fused: bool, strided: bool) -> [TensorData; 4] {
         let mut norm = GroupNormConfig::new(3, gamma.num_elements()).init(device);
         let param = |t: &TensorData| Some(burn::module::Param::from_tensor(Tensor::<1>::from_data(t.clone(), device)));
         (norm.gamma, norm.beta) = (param(gamma), param(beta));
-        let xt = Tensor::<4>::from_data(x.clone(), device).require_grad();
+        let leaf = Tensor::<4>::from_data(x.clone(), device).require_grad();
+        let xt = if strided { leaf.clone().swap_dims(2, 3) } else { leaf.clone() };
         let y = if fused {
             group_norm_gelu(xt.clone(), &norm)
         } else {
@@ -632,7 +638,7 @@ mod tests {
         // `w` is tracked, so the product keeps (or, checkpointing, recomputes) the op's output.
         let y = y * Tensor::<4>::from_data(w.clone(), device).require_grad();
         let grads = y.clone().sum().backward();
-        let dx = xt.grad(&grads).expect("input gradient").into_data();
+        let dx = leaf.grad(&grads).expect("input gradient").into_data();
         let params = burn::optim::GradientsParams::from_grads(grads, &norm);
         let grad_of = |p: &Option<burn::module::Param<Tensor<1>>>| {
             params.get::<1>(p.as_ref().expect("affine").id).expect("parameter gradient").into_data()
@@ -643,32 +649,30 @@ mod tests {
     #[test]
     fn group_norm_gelu_matches_burn_nn() {
         let flex = Device::flex();
-        let normal = |shape: Vec<usize>, mean, std| {
-            let n = shape.iter().product::<usize>();
-            let values = Tensor::<1>::random([n], Distribution::Normal(mean, std), &flex).into_data();
-            TensorData::new(values.to_vec::<f32>().expect("f32"), shape)
-        };
         // 2 samples, 12 channels in 3 groups, 5 x 7 pixels: group runs of 140, not a multiple
         // of the 16 lanes, so the tails are exercised; a large mean checks the centred variance.
-        let inputs = [
-            normal(vec![2, 12, 5, 7], 3.0, 2.0),
-            normal(vec![12], 1.0, 0.5),
-            normal(vec![12], 0.0, 0.5),
-            normal(vec![2, 12, 5, 7], 0.0, 1.0),
-        ];
-        let want = run(&flex.clone().autodiff(), &inputs, false);
-        for base in [Device::flex(), Device::ndarray()] {
-            for checkpointing in [false, true] {
-                let device = if checkpointing {
-                    base.clone().autodiff().gradient_checkpointing()
-                } else {
-                    base.clone().autodiff()
-                };
-                let got = run(&device, &inputs, true);
-                for (what, (got, want)) in ["value", "dx", "dgamma", "dbeta"].iter().zip(got.iter().zip(&want)) {
-                    // Sums over 140 (dx) and 70 (dγ, dβ over the batch) f32 terms.
-                    eprintln!("{what} on {base:?}, checkpointing {checkpointing}");
-                    got.assert_approx_eq::<f32>(want, Tolerance::absolute(2e-5).set_relative(1e-4));
+        for strided in [false, true] {
+            let dims = if strided { [2, 12, 7, 5] } else { [2, 12, 5, 7] };
+            let inputs = [
+                normal(&dims, 3.0, 2.0, 1),
+                normal(&[12], 1.0, 0.5, 2),
+                normal(&[12], 0.0, 0.5, 3),
+                normal(&[2, 12, 5, 7], 0.0, 1.0, 4),
+            ];
+            let want = run(&flex.clone().autodiff(), &inputs, false, strided);
+            for base in [Device::flex(), Device::ndarray()] {
+                for checkpointing in [false, true] {
+                    let device = if checkpointing {
+                        base.clone().autodiff().gradient_checkpointing()
+                    } else {
+                        base.clone().autodiff()
+                    };
+                    let got = run(&device, &inputs, true, strided);
+                    for (what, (got, want)) in ["value", "dx", "dgamma", "dbeta"].iter().zip(got.iter().zip(&want)) {
+                        // Sums over 140 (dx) and 70 (dγ, dβ over the batch) f32 terms.
+                        eprintln!("{what} on {base:?}, checkpointing {checkpointing}, strided {strided}");
+                        got.assert_approx_eq::<f32>(want, Tolerance::absolute(2e-5).set_relative(1e-4));
+                    }
                 }
             }
         }
@@ -678,7 +682,7 @@ mod tests {
     fn falls_back_to_burn_nn_without_affine_parameters() {
         let device = Device::flex();
         let norm = GroupNormConfig::new(2, 4).with_affine(false).init(&device);
-        let x = Tensor::<4>::random([1, 4, 3, 3], Distribution::Normal(0.0, 1.0), &device);
+        let x = Tensor::<4>::from_data(normal(&[1, 4, 3, 3], 0.0, 1.0, 5), &device);
         let want = crate::gelu::gelu(norm.forward(x.clone())).into_data();
         group_norm_gelu(x, &norm).into_data().assert_approx_eq::<f32>(&want, Tolerance::absolute(1e-6));
     }

@@ -226,7 +226,15 @@ impl ConvNormAct {
                     burn::tensor::module::conv2d(x, c.weight.val(), None, options)
                 }
             }
-            Precision::F32 if c.kernel_size == [3, 3] && c.groups > 1 && p == 1 && c.stride[0] == c.stride[1] => {
+            // Depthwise 3x3 (one filter per channel), padding 1 on every side, no dilation.
+            Precision::F32
+                if c.kernel_size == [3, 3]
+                    && c.groups > 1
+                    && c.groups == x.dims()[1]
+                    && c.padding == PaddingConfig2d::Explicit(1, 1, 1, 1)
+                    && c.dilation == [1, 1]
+                    && c.stride[0] == c.stride[1] =>
+            {
                 crate::depthwise_conv::depthwise_conv3x3(x, c.weight.val(), c.stride[0])
             }
             Precision::F32 => burn::tensor::module::conv2d(x, c.weight.val(), None, options),
