@@ -252,15 +252,21 @@ impl ConvNormAct {
 
 /// Whether 1x1 convolutions on `device` run as a matrix product ([`pointwise_as_matmul`]):
 /// on burn ndarray, whose `conv2d` is a direct loop even for 1x1 kernels (`bench train -c 12gb
-/// --backends ndarray`: training 0.7 -> 5.2 img/s, inference 17.5 -> 33.2 img/s), and not on
-/// flex, whose convolution is already a gemm and measured faster than the product (quickstart
-/// training 811 vs 588 img/s). `VRAMFIT_POINTWISE=matmul` or `=conv` forces one form on every
-/// device, for measuring.
+/// --backends ndarray`: training 0.7 -> 5.2 img/s, inference 17.5 -> 33.2 img/s), and on flex
+/// when training (an autodiff device), where the product's backward (two products) beats flex's
+/// convolution backward (`bench train --backends flex`, 3 runs alternated: quickstart training
+/// 977-1084 vs 926-958 img/s, 12gb 16.7-21.8 vs 13.9-14.4) while inference measured the same or
+/// slightly slower (quickstart 4090-4645 vs 4272-4733), so flex inference keeps the convolution.
+/// `VRAMFIT_POINTWISE=matmul` or `=conv` forces one form on every device, for measuring.
 fn matmul_pointwise(device: &Device) -> bool {
     match std::env::var("VRAMFIT_POINTWISE").as_deref() {
         Ok("matmul") => true,
         Ok("conv") => false,
-        _ => matches!(device.clone().inner().as_dispatch(), burn::backend::DispatchDevice::NdArray(_)),
+        _ => match device.clone().inner().as_dispatch() {
+            burn::backend::DispatchDevice::NdArray(_) => true,
+            burn::backend::DispatchDevice::Flex(_) => device.is_autodiff(),
+            _ => false,
+        },
     }
 }
 
