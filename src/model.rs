@@ -11,7 +11,10 @@
 //! Early downsampling (the stride-2 stem, then strided stages) keeps the high-resolution stages
 //! narrow; channel counts are `stage.channels x width`, rounded to a multiple of `norm_groups`.
 //! In f16 the convolutions and the head run in f16 on f16 casts of the f32 weights (master
-//! weights); GroupNorm statistics and the logits are f32 ([`group_norm_f16`]).
+//! weights); GroupNorm statistics and the logits are f32 ([`group_norm_f16`]). On the CPU
+//! backends in f32, GroupNorm + GELU ([`crate::group_norm_gelu`]) and the depthwise convolutions
+//! ([`crate::depthwise_conv`]) run vramfit's own vectorized kernels, and pointwise convolutions
+//! run as matrix products where that measured faster ([`pointwise_as_matmul`]).
 
 use burn::module::Module;
 use burn::nn::conv::{Conv2d, Conv2dConfig};
