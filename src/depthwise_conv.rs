@@ -35,12 +35,13 @@ use burn::backend::autodiff::grads::Gradients;
 use burn::backend::autodiff::ops::{Backward, Ops, OpsKind};
 use burn::backend::autodiff::{Autodiff, NodeId};
 use burn::backend::tensor::FloatTensor;
-use burn::backend::{Backend, Dispatch, DispatchDevice, Flex, NdArray, backend_extension};
+use burn::backend::{Backend, Dispatch, Flex, NdArray, backend_extension};
 use burn::tensor::ops::ConvOptions;
 use burn::tensor::{DType, Tensor};
 use rayon::prelude::*;
 
 use crate::cpu_tensor::{flex, nd};
+use crate::gelu::{VectorUnit, runs_on_cpu_backend, vector_unit};
 
 /// Depthwise 3x3 convolution without bias, padding 1, stride `stride` in both directions.
 ///
@@ -68,12 +69,6 @@ pub fn depthwise_conv3x3(x: Tensor<4>, weight: Tensor<4>, stride: usize) -> Tens
         weight.into_dispatch(),
         stride,
     ))
-}
-
-/// Whether `device` (or the device an autodiff device wraps) is burn's flex or ndarray backend.
-fn runs_on_cpu_backend(device: &burn::tensor::Device) -> bool {
-    let inner = device.clone().inner();
-    matches!(inner.as_dispatch(), DispatchDevice::Flex(_) | DispatchDevice::NdArray(_))
 }
 
 /// The backend extension (f32 only; [`depthwise_conv3x3`] checks dtype, stride and shapes).
@@ -298,28 +293,6 @@ struct Scratch {
     /// [`split_into_phases`] does not write (its padding): the next plane of the same geometry
     /// then needs only its own values written. `None` after anything else wrote the padding.
     zero_padding_for: Option<(usize, usize, usize)>,
-}
-
-/// The widest vector unit this CPU has that the kernels are compiled for.
-#[derive(Clone, Copy)]
-enum VectorUnit {
-    Avx512,
-    Avx2Fma,
-    Portable,
-}
-
-/// Detected once per op (std caches the CPUID answer).
-fn vector_unit() -> VectorUnit {
-    #[cfg(target_arch = "x86_64")]
-    {
-        if std::arch::is_x86_feature_detected!("avx512f") {
-            return VectorUnit::Avx512;
-        }
-        if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
-            return VectorUnit::Avx2Fma;
-        }
-    }
-    VectorUnit::Portable
 }
 
 /// One plane, compiled for `unit`.

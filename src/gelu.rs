@@ -63,7 +63,7 @@ pub fn gelu<const D: usize>(x: Tensor<D>) -> Tensor<D> {
 }
 
 /// Whether `device` (or the device an autodiff device wraps) is burn's flex or ndarray backend.
-fn runs_on_cpu_backend(device: &burn::tensor::Device) -> bool {
+pub(crate) fn runs_on_cpu_backend(device: &burn::tensor::Device) -> bool {
     let inner = device.clone().inner();
     matches!(inner.as_dispatch(), DispatchDevice::Flex(_) | DispatchDevice::NdArray(_))
 }
@@ -228,14 +228,14 @@ pub fn gelu_backward_f32(x: &[f32], grad: &[f32], out: &mut [f32]) {
 
 /// The widest vector unit this CPU has that the kernels are compiled for.
 #[derive(Clone, Copy)]
-enum VectorUnit {
+pub(crate) enum VectorUnit {
     Avx512,
     Avx2Fma,
     Portable,
 }
 
 /// Detected once per call (std caches the CPUID answer), for both kernels.
-fn vector_unit() -> VectorUnit {
+pub(crate) fn vector_unit() -> VectorUnit {
     #[cfg(target_arch = "x86_64")]
     {
         if std::arch::is_x86_feature_detected!("avx512f") {

@@ -45,13 +45,14 @@ use burn::backend::autodiff::grads::Gradients;
 use burn::backend::autodiff::ops::{Backward, Ops, OpsKind};
 use burn::backend::autodiff::{Autodiff, NodeId};
 use burn::backend::tensor::FloatTensor;
-use burn::backend::{Backend, Dispatch, DispatchDevice, Flex, NdArray, backend_extension};
+use burn::backend::{Backend, Dispatch, Flex, NdArray, backend_extension};
 use burn::nn::GroupNorm;
 use burn::tensor::{DType, Tensor};
 use rayon::prelude::*;
 
 use crate::cpu_tensor::{flex, nd};
 use crate::gelu::cdf_and_density;
+use crate::gelu::{VectorUnit, runs_on_cpu_backend, vector_unit};
 
 /// `gelu(group_norm(x))` with `norm`'s groups, epsilon and affine parameters.
 ///
@@ -78,12 +79,6 @@ pub fn group_norm_gelu(x: Tensor<4>, norm: &GroupNorm) -> Tensor<4> {
         norm.num_groups,
         norm.epsilon,
     ))
-}
-
-/// Whether `device` (or the device an autodiff device wraps) is burn's flex or ndarray backend.
-fn runs_on_cpu_backend(device: &burn::tensor::Device) -> bool {
-    let inner = device.clone().inner();
-    matches!(inner.as_dispatch(), DispatchDevice::Flex(_) | DispatchDevice::NdArray(_))
 }
 
 /// The backend extension: the fused forward and its gradients on the CPU backends (f32 only;
@@ -410,28 +405,6 @@ pub fn backward(groups: &Groups, x: &[f32], gamma: &[f32], beta: &[f32], grad: &
         }
     }
     Gradients3 { x: dx, gamma: dgamma, beta: dbeta }
-}
-
-/// The widest vector unit this CPU has that the kernels are compiled for.
-#[derive(Clone, Copy)]
-enum VectorUnit {
-    Avx512,
-    Avx2Fma,
-    Portable,
-}
-
-/// Detected once per op (std caches the CPUID answer).
-fn vector_unit() -> VectorUnit {
-    #[cfg(target_arch = "x86_64")]
-    {
-        if std::arch::is_x86_feature_detected!("avx512f") {
-            return VectorUnit::Avx512;
-        }
-        if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
-            return VectorUnit::Avx2Fma;
-        }
-    }
-    VectorUnit::Portable
 }
 
 /// One group's forward, compiled for `unit`.
