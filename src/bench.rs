@@ -130,7 +130,7 @@ pub fn bench_train(
                 backend: device.name.clone(),
                 batch_size: config.train.batch_size,
                 image_px: px,
-                precision: format!("{:?}", config.train.precision).to_lowercase(),
+                precision: config.train.precision.to_string(),
                 train_images_per_sec: f64::NAN,
                 infer_images_per_sec: f64::NAN,
                 train_gflops: f64::NAN,

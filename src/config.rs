@@ -195,6 +195,13 @@ pub enum Precision {
     F16,
 }
 
+impl std::fmt::Display for Precision {
+    /// `f32` / `f16`, as the config file spells them.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if *self == Precision::F16 { "f16" } else { "f32" })
+    }
+}
+
 /// Loop settings.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]

@@ -45,6 +45,32 @@ pub fn tier_for_memory(device_local_bytes: u64) -> Option<&'static str> {
     TIERS.iter().find(|(_, gib)| device_local_bytes as f64 >= 0.95 * (*gib << 30) as f64).map(|(name, _)| *name)
 }
 
+/// The preset the app chooses for training on one's own images on a card with
+/// `device_local_bytes` of memory: the card's tier ([`tier_for_memory`]) as shipped; on a card
+/// under the smallest tier (lavapipe reports 2 GiB), the smallest tier with its budget lowered to
+/// the card's memory and the train settings [`tier_settings`] finds for that budget (the same
+/// search that made the shipped tiers). Returns the name to show and the config.
+///
+/// # Errors
+/// [`crate::Error::Memory`] when not even micro-batch 1 of the smallest tier fits the card.
+pub fn preset_for_card(device_local_bytes: u64, num_classes: usize) -> crate::Result<(String, Config)> {
+    if let Some(tier) = tier_for_memory(device_local_bytes) {
+        return Ok((tier.into(), load_config(tier)?));
+    }
+    let mut config = load_config("4gb")?;
+    config.memory.memory_budget_bytes = device_local_bytes;
+    let Some(settings) = tier_settings(&config, num_classes) else {
+        return Err(crate::Error::Memory(format!(
+            "this card's {} holds not even micro-batch 1 of the 4gb preset: train on the CPU, or lower \
+             data.preprocess.crop_size",
+            crate::memory::human_bytes(device_local_bytes)
+        )));
+    };
+    settings.apply(&mut config);
+    let name = format!("4gb fitted to {}", crate::memory::human_bytes(device_local_bytes));
+    Ok((name, config))
+}
+
 /// Fraction of a tier's budget its preset may plan to use: the rest is left to the display,
 /// the driver and other programs on the card.
 pub const TIER_HEADROOM: f64 = 0.8;
@@ -137,7 +163,7 @@ impl std::fmt::Display for TierSettings {
         write!(
             f,
             "{}, checkpointing {}, batch {} x {}",
-            if self.precision == crate::config::Precision::F16 { "f16" } else { "f32" },
+            self.precision,
             if self.checkpointing { "on" } else { "off" },
             self.batch_size,
             self.grad_accum_steps
@@ -210,6 +236,22 @@ mod tests {
         assert_eq!(tier_for_memory(8 << 30), Some("8gb"));
         assert_eq!(tier_for_memory(11 << 30), Some("8gb"));
         assert_eq!(tier_for_memory(24 << 30), Some("12gb"));
+    }
+
+    #[test]
+    fn a_card_under_the_smallest_tier_gets_it_fitted_to_its_memory() {
+        let (name, config) = preset_for_card(8 << 30, 10).unwrap();
+        assert_eq!((name.as_str(), &config), ("8gb", &load_config("8gb").unwrap()));
+        // lavapipe's 2 GiB: the 4gb preset's f32 batch 32 plans 2.05 GiB, over 80% of 2 GiB.
+        let (name, config) = preset_for_card(2 << 30, 10).unwrap();
+        assert_eq!(name, "4gb fitted to 2.0 GiB");
+        assert_eq!(config.memory.memory_budget_bytes, 2 << 30);
+        let plan = crate::memory::plan(&config, 10);
+        assert!(plan.fits && plan.estimate.total as f64 <= TIER_HEADROOM * (2u64 << 30) as f64, "{plan:?}");
+        assert_eq!(config.train.batch_size * config.train.grad_accum_steps, 32);
+        assert_ne!(config.train, load_config("4gb").unwrap().train);
+        let tiny = preset_for_card(1 << 20, 10).unwrap_err().to_string();
+        assert!(tiny.contains("1.0 MiB") && tiny.contains("not even micro-batch 1"), "{tiny}");
     }
 
     #[test]

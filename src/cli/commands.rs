@@ -196,7 +196,7 @@ pub struct PlanArgs {
 pub fn plan_report(config: &Config, p: &memory::Plan) -> String {
     let e = &p.estimate;
     let mut s = format!(
-        "config {}: batch {} x accumulation {}, {} px, {:?}, checkpointing {}\n",
+        "config {}: batch {} x accumulation {}, {} px, {}, checkpointing {}\n",
         config.name,
         config.train.batch_size,
         config.train.grad_accum_steps,
@@ -277,7 +277,7 @@ fn suggest_report(config: &mut Config, classes: usize) -> String {
         Some(t) => {
             s.push_str(&format!(
                 "suggested: {t}: --set train.precision={} --set train.checkpointing={} --batch-size {} --grad-accum-steps {}\n\n",
-                if t.precision == crate::config::Precision::F16 { "f16" } else { "f32" },
+                t.precision,
                 t.checkpointing,
                 t.batch_size,
                 t.grad_accum_steps

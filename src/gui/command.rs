@@ -56,7 +56,7 @@ impl VramfitApp {
         match command {
             Command::SelectAdapter(a) => self.settings.adapter = a,
             Command::SelectCpuBackend(b) => self.settings.cpu_backend = b,
-            Command::SetDataDir(d) => self.settings.data_dir = d,
+            Command::SetDataDir(d) => self.set_data_dir(d),
             Command::SelectPreset(name) => match crate::presets::load_config(&name) {
                 Ok(c) => (self.settings.config, self.settings.preset) = (c, name),
                 Err(e) => self.error = Some(e.to_string()),
@@ -229,6 +229,36 @@ impl VramfitApp {
         }
     }
 
+    /// Uses `dir` as the dataset (`None`: the bundled one). A folder of one's own images
+    /// chosen while the preset is still quickstart (made for the bundled 28 px data) switches
+    /// the preset to the selected card's tier ([`crate::presets::preset_for_card`]), when the
+    /// adapter reports its memory; IDX datasets keep their preset.
+    fn set_data_dir(&mut self, dir: Option<PathBuf>) {
+        let own_images = dir.as_ref().is_some_and(|d| crate::idx::find_split(d, "train").is_none());
+        self.settings.data_dir = dir;
+        let Some(card_bytes) = self.card_bytes() else { return };
+        if !own_images || self.settings.preset != "quickstart" {
+            return;
+        }
+        self.refresh();
+        let classes = self.data.as_ref().map_or(10, |d| d.train.class_names.len());
+        match crate::presets::preset_for_card(card_bytes, classes) {
+            Ok((name, config)) => {
+                self.status = format!(
+                    "preset {name} for this card ({}): batch {} x {}, {}, checkpointing {}",
+                    memory::human_bytes(card_bytes),
+                    config.train.batch_size,
+                    config.train.grad_accum_steps,
+                    config.train.precision,
+                    if config.train.checkpointing { "on" } else { "off" }
+                );
+                self.session.budget().set(config.memory.memory_budget_bytes);
+                (self.settings.preset, self.settings.config) = (name, config);
+            }
+            Err(e) => self.status = format!("preset kept: {e}"),
+        }
+    }
+
     fn handle_drop(&mut self, paths: Vec<PathBuf>) {
         let Some(first) = paths.first() else { return };
         let is_dataset = first.is_dir()
@@ -236,7 +266,7 @@ impl VramfitApp {
                 && !dataset::has_image_extension(first);
         if is_dataset && paths.len() == 1 {
             let dir = if first.is_dir() { first.clone() } else { first.parent().unwrap_or(first).to_path_buf() };
-            self.settings.data_dir = Some(dir);
+            self.set_data_dir(Some(dir));
         } else {
             self.predict_files(paths);
         }

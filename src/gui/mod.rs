@@ -277,8 +277,12 @@ impl VramfitApp {
     /// The tier preset matching the selected adapter's memory, where the platform reports it
     /// (marked "this card" in the preset picker).
     pub fn card_tier(&self) -> Option<&'static str> {
-        let bytes = self.settings.adapter.and_then(|i| self.adapters.get(i))?.device_local_bytes?;
-        crate::presets::tier_for_memory(bytes)
+        crate::presets::tier_for_memory(self.card_bytes()?)
+    }
+
+    /// The selected adapter's device-local memory in bytes, where the platform reports it.
+    pub fn card_bytes(&self) -> Option<u64> {
+        self.settings.adapter.and_then(|i| self.adapters.get(i))?.device_local_bytes
     }
 
     /// Recomputes what depends on the settings (dataset scan, memory plan) when they changed.

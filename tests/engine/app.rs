@@ -106,6 +106,39 @@ fn gui_dataset_panel_lists_the_files_the_scan_left_out() {
     assert!(harness.query_all_by_label_contains(".DS_Store: hidden file or OS junk").count() >= 1);
 }
 
+/// A folder of one's own images chosen on a card that reports its memory switches the
+/// quickstart preset (made for the bundled 28 px data) to the card's tier: on lavapipe's 2 GiB,
+/// the smallest tier fitted to it. An IDX dataset, the CPU or a preset the user chose keep theirs.
+#[test]
+fn gui_preselects_the_cards_tier_for_a_folder_of_images() {
+    if gpu().is_none() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let folder = cases().join("C11/dataset");
+    let mut app = app_in(dir.path(), app_worker(None));
+    let card = app.card_bytes().expect("lavapipe reports its memory");
+    app.apply(Command::SetDataDir(Some(folder.clone())));
+    let scan = ScanOptions { val_fraction: 0.1, seed: 42, allow_empty_classes: false };
+    let classes = dataset::open(&folder, &scan).unwrap().train.class_names.len();
+    let (name, config) = vramfit::presets::preset_for_card(card, classes).unwrap();
+    assert_eq!(app.settings().preset, name);
+    assert_eq!(app.settings().config, config);
+    assert!(app.status().starts_with(&format!("preset {name} for this card")), "{}", app.status());
+    assert!(app.plan().fits, "{:?}", app.plan());
+    // The bundled IDX data keeps quickstart; so do the CPU and a preset chosen by hand.
+    let mut idx = app_in(dir.path(), app_worker(None));
+    idx.apply(Command::SetDataDir(Some(dataset::bundled_dataset_dir())));
+    let mut cpu = app_in(dir.path(), app_worker(None));
+    cpu.apply(Command::SelectAdapter(None));
+    cpu.apply(Command::SetDataDir(Some(folder.clone())));
+    let mut chosen = app_in(dir.path(), app_worker(None));
+    chosen.apply(Command::SelectPreset("8gb".into()));
+    chosen.apply(Command::SetDataDir(Some(folder)));
+    let presets = [&idx, &cpu, &chosen].map(|a| a.settings().preset.clone());
+    assert_eq!(presets, ["quickstart", "quickstart", "8gb"]);
+}
+
 /// A tier preset changes the knobs and the estimate; presets save to and load from TOML; a
 /// knob moves the estimate.
 #[test]
