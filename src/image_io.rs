@@ -33,6 +33,17 @@ pub enum AlphaPolicy {
     Drop,
 }
 
+impl AlphaPolicy {
+    /// The config value: `white`, `black` or `drop`.
+    pub fn name(self) -> &'static str {
+        match self {
+            AlphaPolicy::White => "white",
+            AlphaPolicy::Black => "black",
+            AlphaPolicy::Drop => "drop",
+        }
+    }
+}
+
 /// Decoding options.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct LoadOptions {

@@ -180,11 +180,11 @@ impl SamplePipeline {
     pub fn cache_geometry(&self) -> String {
         let (p, l) = (&self.preprocess, &self.load);
         format!(
-            "{} load {} crop {} alpha {:?} max_pixels {}",
+            "{} load {} crop {} alpha {} max_pixels {}",
             p.mode.name(),
             p.load_size,
             p.crop_size,
-            l.alpha,
+            l.alpha.name(),
             l.max_pixels
         )
     }

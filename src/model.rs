@@ -261,15 +261,24 @@ impl ConvNormAct {
 /// 977-1084 vs 926-958 img/s, 12gb 16.7-21.8 vs 13.9-14.4) while inference measured the same or
 /// slightly slower (quickstart 4090-4645 vs 4272-4733), so flex inference keeps the convolution.
 /// `VRAMFIT_POINTWISE=matmul` or `=conv` forces one form on every device, for measuring.
+/// Any other value is ignored with a warning naming the two.
 fn matmul_pointwise(device: &Device) -> bool {
     match std::env::var("VRAMFIT_POINTWISE").as_deref() {
         Ok("matmul") => true,
         Ok("conv") => false,
-        _ => match device.clone().inner().as_dispatch() {
-            burn::backend::DispatchDevice::NdArray(_) => true,
-            burn::backend::DispatchDevice::Flex(_) => device.is_autodiff(),
-            _ => false,
-        },
+        other => {
+            if let Ok(value) = other {
+                static WARNED: std::sync::Once = std::sync::Once::new();
+                WARNED.call_once(|| {
+                    tracing::warn!("VRAMFIT_POINTWISE={value:?} ignored: use matmul or conv (or unset it)");
+                });
+            }
+            match device.clone().inner().as_dispatch() {
+                burn::backend::DispatchDevice::NdArray(_) => true,
+                burn::backend::DispatchDevice::Flex(_) => device.is_autodiff(),
+                _ => false,
+            }
+        }
     }
 }
 

@@ -217,8 +217,11 @@ pub struct App {
 pub fn main(app: App) -> ExitCode {
     let cli = Cli::parse();
     install_panic_hook();
+    // RUST_LOG when set; otherwise vramfit's own warnings (not its dependencies').
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("vramfit=warn"));
     let _ = tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .try_init();
     let Some(command) = cli.command else {

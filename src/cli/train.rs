@@ -194,11 +194,12 @@ fn overfit_check(
 fn print_summary(summary: &train::TrainSummary, device: &SelectedDevice, out: &Path) {
     if let Some(val) = &summary.val {
         println!(
-            "validation accuracy {} (top-5 {}) on {} images after {} epochs, {} steps, {:.0} s on {}",
+            "validation accuracy {} (top-5 {}) on {} images after {} epoch{}, {} steps, {:.0} s on {}",
             crate::eval::percent_or_na(val.top1),
             crate::eval::percent_or_na(val.top5),
             val.samples,
             summary.epochs_completed,
+            if summary.epochs_completed == 1 { "" } else { "s" },
             summary.global_step,
             summary.wall_secs,
             device.name
