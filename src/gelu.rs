@@ -229,7 +229,9 @@ pub fn gelu_backward_f32(x: &[f32], grad: &[f32], out: &mut [f32]) {
 /// The widest vector unit this CPU has that the kernels are compiled for.
 #[derive(Clone, Copy)]
 pub(crate) enum VectorUnit {
+    #[cfg(target_arch = "x86_64")]
     Avx512,
+    #[cfg(target_arch = "x86_64")]
     Avx2Fma,
     Portable,
 }

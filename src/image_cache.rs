@@ -23,7 +23,6 @@
 //! CRC-32 of its pixels, so a file damaged by a crash is a miss, not a black image.
 
 use std::collections::{HashMap, VecDeque};
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
@@ -292,13 +291,21 @@ fn entry_file(dir: &Path, key: &str) -> PathBuf {
 }
 
 /// 64-bit FNV-1a (the file name only; the key inside the file is what is checked).
+#[cfg(target_arch = "wasm32")]
+fn write_entry(_file: &Path, _key: &str, _img: &RgbImage) -> std::io::Result<()> {
+    Err(std::io::ErrorKind::Unsupported.into())
+}
+
 fn fnv1a(bytes: &[u8]) -> u64 {
     bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3))
 }
 
 /// Writes an entry (magic, key length, key, width, height, CRC-32 of the pixels, RGB pixels)
-/// through a temporary file renamed into place, so a reader never sees half an entry.
+/// through a temporary file renamed into place, so a reader never sees half an entry. (A web
+/// build has no disk: the cache stays in memory there.)
+#[cfg(not(target_arch = "wasm32"))]
 fn write_entry(file: &Path, key: &str, img: &RgbImage) -> std::io::Result<()> {
+    use std::io::Write;
     let dir = file.parent().unwrap_or(Path::new("."));
     std::fs::create_dir_all(dir)?;
     let mut tmp = tempfile::Builder::new().prefix(TMP_PREFIX).tempfile_in(dir)?;

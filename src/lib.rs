@@ -13,6 +13,7 @@ pub mod bench;
 pub mod bench_baseline;
 pub mod check_data;
 pub mod checkpoint;
+#[cfg(not(target_arch = "wasm32"))]
 pub mod cli;
 pub mod config;
 pub mod cpu_tensor;

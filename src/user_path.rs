@@ -2,7 +2,7 @@
 //! a dropped file (`file:///home/me/my%20data/Foto%20M%C3%A4rz.png`, also `file://localhost/...`).
 //! Every command-line path argument and the app's drop handler go through [`normalize`].
 
-use std::ffi::{OsStr, OsString};
+use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 
 /// The path a user meant: a `file://` URI becomes the local path it names (percent-decoded, so
@@ -26,7 +26,7 @@ pub fn normalize(path: &Path) -> PathBuf {
 #[cfg(unix)]
 fn bytes_to_path(bytes: Vec<u8>) -> PathBuf {
     use std::os::unix::ffi::OsStringExt;
-    PathBuf::from(OsString::from_vec(bytes))
+    PathBuf::from(std::ffi::OsString::from_vec(bytes))
 }
 
 #[cfg(not(unix))]

@@ -281,6 +281,20 @@ pub struct WorkerJob {
     pub launch: WorkerLaunch,
 }
 
+/// `config` in a temporary file for the worker to read, deleted when the returned path drops.
+#[cfg(not(target_arch = "wasm32"))]
+fn write_config_file(config: &Config) -> std::io::Result<tempfile::TempPath> {
+    let mut file = tempfile::Builder::new().prefix("vramfit-app-").suffix(".toml").tempfile()?;
+    file.write_all(config.to_toml().as_bytes())?;
+    Ok(file.into_temp_path())
+}
+
+/// A browser has no processes to start (nor files to write).
+#[cfg(target_arch = "wasm32")]
+fn write_config_file(_config: &Config) -> std::io::Result<PathBuf> {
+    Err(std::io::ErrorKind::Unsupported.into())
+}
+
 /// Runs `job` in a worker process and waits for it: its events go to `sink`, its other output
 /// lines as [`Event::Info`]; `stop` and changes of `budget` are passed on to it.
 ///
@@ -295,9 +309,7 @@ pub fn supervise(
 ) -> Result<RunEnd> {
     let spec = &job.spec;
     let io = |e: std::io::Error| Error::io(&spec.out_dir, format!("cannot start the training process: {e}"));
-    let mut file = tempfile::Builder::new().prefix("vramfit-app-").suffix(".toml").tempfile().map_err(io)?;
-    file.write_all(spec.config.to_toml().as_bytes()).map_err(io)?;
-    let config_file = file.into_temp_path();
+    let config_file = write_config_file(&spec.config).map_err(io)?;
     let (tx, output) = std::sync::mpsc::channel();
     let gpu = matches!(spec.device, DeviceChoice::Gpu(_));
     let args = spec.args(&config_file);

@@ -6,10 +6,13 @@
 //!
 //! Files, by what the user sees: this file holds the app state and the frame; `command` what
 //! the user can do; `setup` the setup panel; `estimate` the memory estimate; `plots` the live
-//! plots; `status` the status bar; `evaluation` and `predict` the two other views; `ui_bench`
-//! the frame-time benchmark (outside the app state).
+//! plots; `status` the status bar; `evaluation` and `predict` the two other views; `dialogs`
+//! the native file dialogs; `ui_bench` the frame-time benchmark (outside the app state).
+//! The window itself ([`run`]) and the benchmark are native only: a web build gets the app
+//! state and panels, not a window.
 
 mod command;
+mod dialogs;
 mod estimate;
 mod evaluation;
 mod frame_time;
@@ -18,6 +21,7 @@ mod plots;
 mod predict;
 mod setup;
 mod status;
+#[cfg(not(target_arch = "wasm32"))]
 mod ui_bench;
 
 use std::path::PathBuf;
@@ -37,6 +41,7 @@ pub use command::Command;
 pub use frame_time::{FRAME_BUDGET_MS, FrameSummary, FrameTimes};
 pub use history::RunHistory;
 pub use predict::{PredictView, Prediction};
+#[cfg(not(target_arch = "wasm32"))]
 pub use ui_bench::{UiBenchResult, bench_ui, bench_ui_report};
 
 /// Settings kept between launches (eframe persistence).
@@ -418,6 +423,7 @@ impl eframe::App for VramfitApp {
 ///
 /// # Errors
 /// When no window can be created (no display).
+#[cfg(not(target_arch = "wasm32"))]
 pub fn run() -> anyhow::Result<()> {
     let options = eframe::NativeOptions {
         // The first frame sets the title to the selected device (`VramfitApp::window_title`).

@@ -7,12 +7,12 @@ impl VramfitApp {
         let h = &self.history;
         ui.horizontal(|ui| {
             if ui.button("Save metrics CSV…").clicked()
-                && let Some(path) = rfd::FileDialog::new().set_file_name("metrics.csv").save_file()
+                && let Some(path) = dialogs::save_file("metrics.csv")
             {
                 self.commands.push(Command::SaveMetrics(path));
             }
             if ui.button("Save plots PNG…").clicked()
-                && let Some(path) = rfd::FileDialog::new().set_file_name("vramfit-plots.png").save_file()
+                && let Some(path) = dialogs::save_file("vramfit-plots.png")
             {
                 let callback = egui::ScreenshotCallback::new(move |image| save_png(&image, &path));
                 ui.ctx().send_viewport_cmd(egui::ViewportCommand::Screenshot(callback));

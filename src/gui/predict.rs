@@ -4,7 +4,7 @@ use std::path::{Path, PathBuf};
 
 use eframe::egui;
 
-use super::Command;
+use super::{Command, dialogs};
 use crate::infer::ClassProb;
 use crate::session::PredictedFile;
 
@@ -66,12 +66,12 @@ impl PredictView {
             let model = self.model_dir(last_run).map_or("none".into(), |p| p.display().to_string());
             ui.label(format!("weights: {model}"));
             if ui.button("Choose weights…").clicked()
-                && let Some(f) = rfd::FileDialog::new().add_filter("weights", &["bpk", "safetensors"]).pick_file()
+                && let Some(f) = dialogs::pick_file("weights", &["bpk", "safetensors"])
             {
                 commands.push(Command::ChooseModel(f));
             }
             if ui.button("Choose images…").clicked()
-                && let Some(files) = rfd::FileDialog::new().pick_files()
+                && let Some(files) = dialogs::pick_files()
             {
                 commands.push(Command::Predict(files));
             }

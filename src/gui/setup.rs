@@ -84,7 +84,7 @@ impl VramfitApp {
         ui.label(shown);
         ui.horizontal(|ui| {
             if ui.button("Choose folder…").clicked()
-                && let Some(dir) = rfd::FileDialog::new().pick_folder()
+                && let Some(dir) = dialogs::pick_folder()
             {
                 self.commands.push(Command::SetDataDir(Some(dir)));
             }
@@ -138,12 +138,12 @@ impl VramfitApp {
         });
         ui.horizontal(|ui| {
             if ui.button("Load preset…").clicked()
-                && let Some(path) = rfd::FileDialog::new().add_filter("config", &["toml"]).pick_file()
+                && let Some(path) = dialogs::pick_file("config", &["toml"])
             {
                 self.commands.push(Command::LoadPresetFile(path));
             }
             if ui.button("Save preset…").clicked()
-                && let Some(path) = rfd::FileDialog::new().set_file_name("custom.toml").save_file()
+                && let Some(path) = dialogs::save_file("custom.toml")
             {
                 self.commands.push(Command::SavePresetFile(path));
             }
@@ -165,7 +165,7 @@ impl VramfitApp {
                 self.commands.push(Command::Resume);
             }
             if ui.add_enabled(!busy && has_run, egui::Button::new("Export…")).clicked()
-                && let Some(dir) = rfd::FileDialog::new().pick_folder()
+                && let Some(dir) = dialogs::pick_folder()
             {
                 self.commands.push(Command::Export(dir));
             }
