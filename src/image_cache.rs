@@ -290,12 +290,13 @@ fn entry_file(dir: &Path, key: &str) -> PathBuf {
     dir.join(format!("{:016x}.rgb", fnv1a(key.as_bytes())))
 }
 
-/// 64-bit FNV-1a (the file name only; the key inside the file is what is checked).
+/// A web build has no disk: the cache stays in memory there.
 #[cfg(target_arch = "wasm32")]
 fn write_entry(_file: &Path, _key: &str, _img: &RgbImage) -> std::io::Result<()> {
     Err(std::io::ErrorKind::Unsupported.into())
 }
 
+/// 64-bit FNV-1a (the file name only; the key inside the file is what is checked).
 fn fnv1a(bytes: &[u8]) -> u64 {
     bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3))
 }

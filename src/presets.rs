@@ -49,17 +49,18 @@ pub fn tier_for_memory(device_local_bytes: u64) -> Option<&'static str> {
 /// `device_local_bytes` of memory: the card's tier ([`tier_for_memory`]) as shipped; on a card
 /// under the smallest tier (lavapipe reports 2 GiB), the smallest tier with its budget lowered to
 /// the card's memory and the train settings [`tier_settings`] finds for that budget (the same
-/// search that made the shipped tiers). Returns the name to show and the config.
+/// search that made the shipped tiers; f16 only where the adapter has it). Returns the name to
+/// show and the config.
 ///
 /// # Errors
 /// [`crate::Error::Memory`] when not even micro-batch 1 of the smallest tier fits the card.
-pub fn preset_for_card(device_local_bytes: u64, num_classes: usize) -> crate::Result<(String, Config)> {
+pub fn preset_for_card(device_local_bytes: u64, num_classes: usize, f16: bool) -> crate::Result<(String, Config)> {
     if let Some(tier) = tier_for_memory(device_local_bytes) {
         return Ok((tier.into(), load_config(tier)?));
     }
     let mut config = load_config("4gb")?;
     config.memory.memory_budget_bytes = device_local_bytes;
-    let Some(settings) = tier_settings(&config, num_classes) else {
+    let Some(settings) = tier_settings(&config, num_classes, f16) else {
         return Err(crate::Error::Memory(format!(
             "this card's {} holds not even micro-batch 1 of the 4gb preset: train on the CPU, or lower \
              data.preprocess.crop_size",
@@ -103,14 +104,15 @@ pub struct TierCandidate {
 /// [`TIER_HEADROOM`] of its budget, by [`crate::memory::plan`]: f32 without checkpointing (no
 /// recomputation, no loss scaling), then f16, then f16 with checkpointing, each first as one
 /// micro-batch; when none holds the whole batch, the largest micro-batch with accumulation that
-/// f16 with checkpointing fits. `None` when not even micro-batch 1 fits.
-pub fn tier_settings(config: &Config, num_classes: usize) -> Option<TierSettings> {
-    tier_search(config, num_classes).0
+/// the last of them fits. Without `f16` (an adapter with no f16 shaders) the candidates are f32,
+/// then f32 with checkpointing. `None` when not even micro-batch 1 fits.
+pub fn tier_settings(config: &Config, num_classes: usize, f16: bool) -> Option<TierSettings> {
+    tier_search(config, num_classes, f16).0
 }
 
 /// [`tier_settings`] with every candidate it tried, in order (what `vramfit plan --suggest`
 /// prints).
-pub fn tier_search(config: &Config, num_classes: usize) -> (Option<TierSettings>, Vec<TierCandidate>) {
+pub fn tier_search(config: &Config, num_classes: usize, f16: bool) -> (Option<TierSettings>, Vec<TierCandidate>) {
     use crate::config::Precision;
     let effective = config.train.batch_size * config.train.grad_accum_steps;
     let mut room = config.clone();
@@ -120,28 +122,29 @@ pub fn tier_search(config: &Config, num_classes: usize) -> (Option<TierSettings>
         settings.apply(&mut c);
         crate::memory::plan(&c, num_classes)
     };
+    let candidates: &[(Precision, bool)] = if f16 {
+        &[(Precision::F32, false), (Precision::F16, false), (Precision::F16, true)]
+    } else {
+        &[(Precision::F32, false), (Precision::F32, true)]
+    };
     let mut tried = Vec::new();
-    let mut last_plan = None;
-    for (precision, checkpointing) in [(Precision::F32, false), (Precision::F16, false), (Precision::F16, true)] {
+    let mut last = None;
+    for &(precision, checkpointing) in candidates {
         let settings = TierSettings { precision, checkpointing, batch_size: effective, grad_accum_steps: 1 };
         let plan = plan_of(&settings);
         tried.push(TierCandidate { settings, predicted_bytes: plan.estimate.total, fits: plan.fits });
         if plan.fits {
             return (Some(settings), tried);
         }
-        last_plan = Some(plan);
+        last = Some((settings, plan));
     }
-    // The last candidate was f16 with checkpointing: its plan holds the split that fits.
-    let plan = last_plan.expect("three candidates tried");
+    // The last candidate saves the most: its plan holds the split that fits.
+    let Some((whole, plan)) = last else { return (None, tried) };
     if plan.fit_batch_size == 0 {
         return (None, tried);
     }
-    let settings = TierSettings {
-        precision: Precision::F16,
-        checkpointing: true,
-        batch_size: plan.fit_batch_size,
-        grad_accum_steps: plan.fit_grad_accum_steps,
-    };
+    let settings =
+        TierSettings { batch_size: plan.fit_batch_size, grad_accum_steps: plan.fit_grad_accum_steps, ..whole };
     let split = plan_of(&settings);
     tried.push(TierCandidate { settings, predicted_bytes: split.estimate.total, fits: split.fits });
     (Some(settings), tried)
@@ -182,7 +185,7 @@ mod tests {
     fn tier_presets_hold_the_settings_their_plan_chooses() {
         for name in ["4gb", "6gb", "8gb", "12gb"] {
             let config = load_config(name).unwrap();
-            let chosen = tier_settings(&config, 10).unwrap_or_else(|| panic!("{name}: nothing fits"));
+            let chosen = tier_settings(&config, 10, true).unwrap_or_else(|| panic!("{name}: nothing fits"));
             let t = &config.train;
             let shipped = TierSettings {
                 precision: t.precision,
@@ -209,7 +212,7 @@ mod tests {
         let with_room_for = |bytes: u64| {
             let mut c = base.clone();
             c.memory.memory_budget_bytes = (bytes as f64 / TIER_HEADROOM).ceil() as u64;
-            tier_settings(&c, 10).unwrap()
+            tier_settings(&c, 10, true).unwrap()
         };
         let pick = |s: TierSettings| (s.precision, s.checkpointing, s.batch_size, s.grad_accum_steps);
         assert_eq!(pick(with_room_for(needs(F32, false))), (F32, false, 32, 1));
@@ -221,7 +224,7 @@ mod tests {
         // The search reports what it tried: the three whole-batch savings, then the split.
         let mut c = base.clone();
         c.memory.memory_budget_bytes = ((needs(F16, true) - 1) as f64 / TIER_HEADROOM).ceil() as u64;
-        let (chosen, tried) = tier_search(&c, 10);
+        let (chosen, tried) = tier_search(&c, 10, true);
         assert_eq!(tried.len(), 4);
         assert!(tried[..3].iter().all(|t| !t.fits) && tried[3].fits);
         assert_eq!(tried[0].predicted_bytes, needs(F32, false));
@@ -240,17 +243,23 @@ mod tests {
 
     #[test]
     fn a_card_under_the_smallest_tier_gets_it_fitted_to_its_memory() {
-        let (name, config) = preset_for_card(8 << 30, 10).unwrap();
+        use crate::config::Precision::{F16, F32};
+        let (name, config) = preset_for_card(8 << 30, 10, true).unwrap();
         assert_eq!((name.as_str(), &config), ("8gb", &load_config("8gb").unwrap()));
         // lavapipe's 2 GiB: the 4gb preset's f32 batch 32 plans 2.05 GiB, over 80% of 2 GiB.
-        let (name, config) = preset_for_card(2 << 30, 10).unwrap();
-        assert_eq!(name, "4gb fitted to 2.0 GiB");
-        assert_eq!(config.memory.memory_budget_bytes, 2 << 30);
-        let plan = crate::memory::plan(&config, 10);
-        assert!(plan.fits && plan.estimate.total as f64 <= TIER_HEADROOM * (2u64 << 30) as f64, "{plan:?}");
-        assert_eq!(config.train.batch_size * config.train.grad_accum_steps, 32);
-        assert_ne!(config.train, load_config("4gb").unwrap().train);
-        let tiny = preset_for_card(1 << 20, 10).unwrap_err().to_string();
+        let fitted = |f16| {
+            let (name, config) = preset_for_card(2 << 30, 10, f16).unwrap();
+            assert_eq!(name, "4gb fitted to 2.0 GiB");
+            assert_eq!(config.memory.memory_budget_bytes, 2 << 30);
+            let plan = crate::memory::plan(&config, 10);
+            assert!(plan.fits && plan.estimate.total as f64 <= TIER_HEADROOM * (2u64 << 30) as f64, "{plan:?}");
+            assert_eq!(config.train.batch_size * config.train.grad_accum_steps, 32);
+            (config.train.precision, config.train.checkpointing)
+        };
+        assert_eq!(fitted(true), (F16, false));
+        // An adapter without f16 shaders saves with checkpointing instead.
+        assert_eq!(fitted(false), (F32, true));
+        let tiny = preset_for_card(1 << 20, 10, true).unwrap_err().to_string();
         assert!(tiny.contains("1.0 MiB") && tiny.contains("not even micro-batch 1"), "{tiny}");
     }
 

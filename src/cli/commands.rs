@@ -268,7 +268,7 @@ fn suggest_report(config: &mut Config, classes: usize) -> String {
         human_bytes(budget),
         human_bytes(room)
     );
-    let (chosen, tried) = crate::presets::tier_search(config, classes);
+    let (chosen, tried) = crate::presets::tier_search(config, classes, true);
     for t in &tried {
         let verdict = if t.fits { "fits" } else { "over" };
         s.push_str(&format!("  {:<40}{:>12}  {verdict}\n", t.settings.to_string(), human_bytes(t.predicted_bytes)));

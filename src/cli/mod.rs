@@ -220,10 +220,7 @@ pub fn main(app: App) -> ExitCode {
     // RUST_LOG when set; otherwise vramfit's own warnings (not its dependencies').
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("vramfit=warn"));
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .try_init();
+    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
     let Some(command) = cli.command else {
         return match (app.open)() {
             Ok(()) => ExitCode::SUCCESS,

@@ -229,11 +229,16 @@ impl VramfitApp {
         }
     }
 
-    /// Uses `dir` as the dataset (`None`: the bundled one). A folder of one's own images
-    /// chosen while the preset is still quickstart (made for the bundled 28 px data) switches
-    /// the preset to the selected card's tier ([`crate::presets::preset_for_card`]), when the
-    /// adapter reports its memory; IDX datasets keep their preset.
+    /// Uses `dir` as the dataset (`None`: the bundled one); ignored while training (a folder
+    /// dropped on the window then). A readable folder of one's own images chosen while the
+    /// preset is still quickstart (made for the bundled 28 px data) switches the preset to the
+    /// selected card's tier ([`crate::presets::preset_for_card`]), when the adapter reports its
+    /// memory; IDX datasets keep their preset.
     fn set_data_dir(&mut self, dir: Option<PathBuf>) {
+        if self.in_flight.training {
+            self.error = Some("training: the dataset changes when the run has ended".into());
+            return;
+        }
         let own_images = dir.as_ref().is_some_and(|d| crate::idx::find_split(d, "train").is_none());
         self.settings.data_dir = dir;
         let Some(card_bytes) = self.card_bytes() else { return };
@@ -241,8 +246,8 @@ impl VramfitApp {
             return;
         }
         self.refresh();
-        let classes = self.data.as_ref().map_or(10, |d| d.train.class_names.len());
-        match crate::presets::preset_for_card(card_bytes, classes) {
+        let Ok(classes) = self.data.as_ref().map(|d| d.train.class_names.len()) else { return };
+        match crate::presets::preset_for_card(card_bytes, classes, self.f16_available()) {
             Ok((name, config)) => {
                 self.status = format!(
                     "preset {name} for this card ({}): batch {} x {}, {}, checkpointing {}",
@@ -252,7 +257,6 @@ impl VramfitApp {
                     config.train.precision,
                     if config.train.checkpointing { "on" } else { "off" }
                 );
-                self.session.budget().set(config.memory.memory_budget_bytes);
                 (self.settings.preset, self.settings.config) = (name, config);
             }
             Err(e) => self.status = format!("preset kept: {e}"),
