@@ -38,6 +38,11 @@ pub struct TrainBenchRow {
     pub train_gflops: f64,
     /// Peak bytes_in_use sampled (GPU only).
     pub peak_bytes_in_use: Option<u64>,
+    /// Seconds of the first training step, measured before anything else ran on the device:
+    /// kernel compilation and autotuning included unless an earlier run's caches hold them
+    /// (cubecl's autotune cache, the driver's shader cache). Absent in older baselines.
+    #[serde(default)]
+    pub first_step_secs: Option<f64>,
     /// Median latency of one image at 224 px, milliseconds.
     #[serde(deserialize_with = "nan_from_null")]
     pub latency_224_ms: f64,
@@ -120,7 +125,7 @@ pub fn bench_train(
                 continue;
             }
         };
-        let latency = latency_224_ms(&device, 5).unwrap_or(f64::NAN);
+        let first_row = rows.len();
         for config in configs {
             log(format!("bench {} on {}", config.name, device.name));
             let px = config.image_size_px();
@@ -135,22 +140,28 @@ pub fn bench_train(
                 infer_images_per_sec: f64::NAN,
                 train_gflops: f64::NAN,
                 peak_bytes_in_use: None,
-                latency_224_ms: latency,
+                first_step_secs: None,
+                latency_224_ms: f64::NAN,
                 error: None,
             };
             let mut one_step = config.clone();
             one_step.train.grad_accum_steps = 1;
             match crate::train::measure_training(&one_step, &device, BENCH_CLASSES, warmup, steps, true) {
-                Ok((ips, mem)) => {
+                Ok(rate) => {
+                    let (ips, mem) = (rate.images_per_sec, rate.memory);
                     row.train_images_per_sec = ips;
                     row.train_gflops = ips * 3.0 * flops / 1e9;
                     row.peak_bytes_in_use = (mem.peak_bytes_in_use > 0).then_some(mem.peak_bytes_in_use);
+                    row.first_step_secs = Some(rate.first_step_secs);
                     row.infer_images_per_sec = infer_rate(config, &device, steps).unwrap_or(f64::NAN);
                 }
                 Err(e) => row.error = Some(e.to_string()),
             }
             rows.push(row);
         }
+        // After training, so that the first config's first step is the device's first work.
+        let latency = latency_224_ms(&device, 5).unwrap_or(f64::NAN);
+        rows[first_row..].iter_mut().for_each(|r| r.latency_224_ms = latency);
     }
     Ok(rows)
 }
@@ -158,18 +169,18 @@ pub fn bench_train(
 /// `bench train` rows as a Markdown table.
 pub fn train_table(rows: &[TrainBenchRow]) -> String {
     let mut s = String::from(
-        "| config | backend | batch | px | precision | train img/s | infer img/s | train GFLOP/s | peak in use | 1-image 224 px latency |\n|---|---|---|---|---|---|---|---|---|---|\n",
+        "| config | backend | batch | px | precision | train img/s | infer img/s | train GFLOP/s | peak in use | first step | 1-image 224 px latency |\n|---|---|---|---|---|---|---|---|---|---|---|\n",
     );
     for r in rows {
         if let Some(e) = &r.error {
             s.push_str(&format!(
-                "| {} | {} | {} | {} | {} | failed: {e} | | | | |\n",
+                "| {} | {} | {} | {} | {} | failed: {e} | | | | | |\n",
                 r.config, r.backend, r.batch_size, r.image_px, r.precision
             ));
             continue;
         }
         s.push_str(&format!(
-            "| {} | {} | {} | {} | {} | {:.1} | {:.1} | {:.2} | {} | {:.1} ms |\n",
+            "| {} | {} | {} | {} | {} | {:.1} | {:.1} | {:.2} | {} | {} | {:.1} ms |\n",
             r.config,
             r.backend,
             r.batch_size,
@@ -179,6 +190,7 @@ pub fn train_table(rows: &[TrainBenchRow]) -> String {
             r.infer_images_per_sec,
             r.train_gflops,
             r.peak_bytes_in_use.map_or("n/a (CPU)".into(), human_bytes),
+            r.first_step_secs.map_or("n/a".into(), |s| format!("{s:.2} s")),
             r.latency_224_ms
         ));
     }

@@ -106,6 +106,7 @@ mod tests {
             infer_images_per_sec: infer,
             train_gflops: 1.0,
             peak_bytes_in_use: None,
+            first_step_secs: None,
             latency_224_ms: 1.0,
             error: None,
         }

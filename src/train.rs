@@ -24,8 +24,8 @@ use crate::precision::LossScaler;
 use crate::run_dir;
 use crate::trainer::Trainer;
 pub use crate::trainer::{
-    OverfitResult, StepMemory, measure_step_memory, measure_training, overfit_check, smoothed_cross_entropy,
-    synthetic_batch,
+    OverfitResult, StepMemory, TrainingRate, measure_step_memory, measure_training, overfit_check,
+    smoothed_cross_entropy, synthetic_batch,
 };
 
 mod epoch;

@@ -489,11 +489,23 @@ pub fn overfit_check(
     Ok(OverfitResult { steps: done, accuracy: val.top1, passed: val.top1 >= 0.98 })
 }
 
+/// What [`measure_training`] measured.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct TrainingRate {
+    /// Training images per second over the timed steps.
+    pub images_per_sec: f64,
+    /// Seconds of the first step (the first warmup step, or the first timed one without
+    /// warmup): on a GPU it compiles and autotunes the step's kernels, unless cubecl's autotune
+    /// cache and the driver's shader cache already hold them from an earlier run.
+    pub first_step_secs: f64,
+    /// Memory sampled after the forward pass of every timed step.
+    pub memory: MemoryTracker,
+}
+
 /// Throughput and memory of `steps` timed optimizer steps on synthetic images (after `warmup`
 /// untimed ones): what `vramfit bench` measures. Memory is sampled after the forward pass of
-/// every timed step (which synchronizes the device, as a real run does every few steps).
-///
-/// Returns `(training images per second, memory)`.
+/// every timed step (which synchronizes the device, as a real run does every few steps). Every
+/// step ends with reading its loss, so a step's time includes its device work.
 ///
 /// # Errors
 /// [`Error::Device`] when the device fails.
@@ -504,18 +516,25 @@ pub fn measure_training(
     warmup: usize,
     steps: usize,
     sample_memory: bool,
-) -> Result<(f64, MemoryTracker)> {
+) -> Result<TrainingRate> {
     let (mut trainer, batches) = bench_trainer(config, device, num_classes, warmup + steps);
-    for _ in 0..warmup {
+    let sample = sample_memory && device.is_gpu();
+    let first = Instant::now();
+    let first_images = bench_step(&mut trainer, &batches, warmup == 0 && sample)?;
+    let first_step_secs = first.elapsed().as_secs_f64();
+    for _ in 1..warmup {
         bench_step(&mut trainer, &batches, false)?;
     }
-    trainer.tracker = MemoryTracker::default();
-    let start = Instant::now();
-    let mut images = 0;
-    for _ in 0..steps {
-        images += bench_step(&mut trainer, &batches, sample_memory && device.is_gpu())?;
+    if warmup > 0 {
+        trainer.tracker = MemoryTracker::default();
     }
-    Ok((images as f64 / start.elapsed().as_secs_f64(), trainer.tracker))
+    let start = if warmup == 0 { first } else { Instant::now() };
+    let mut images = if warmup == 0 { first_images } else { 0 };
+    for _ in usize::from(warmup == 0)..steps {
+        images += bench_step(&mut trainer, &batches, sample)?;
+    }
+    let images_per_sec = images as f64 / start.elapsed().as_secs_f64();
+    Ok(TrainingRate { images_per_sec, first_step_secs, memory: trainer.tracker })
 }
 
 /// Device memory over training steps, as `vramfit bench memory` reads it.
