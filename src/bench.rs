@@ -38,8 +38,9 @@ pub struct TrainBenchRow {
     pub train_gflops: f64,
     /// Peak bytes_in_use sampled (GPU only).
     pub peak_bytes_in_use: Option<u64>,
-    /// Seconds of the first training step, measured before anything else ran on the device:
-    /// kernel compilation and autotuning included unless an earlier run's caches hold them
+    /// Seconds of the first training step ([`crate::train::TrainingRate::first_step_secs`]);
+    /// for the first config of a bench nothing else ran on the device before it, so kernel
+    /// compilation and autotuning are included unless an earlier run's caches hold them
     /// (cubecl's autotune cache, the driver's shader cache). Absent in older baselines.
     #[serde(default)]
     pub first_step_secs: Option<f64>,

@@ -495,8 +495,9 @@ pub struct TrainingRate {
     /// Training images per second over the timed steps.
     pub images_per_sec: f64,
     /// Seconds of the first step (the first warmup step, or the first timed one without
-    /// warmup): on a GPU it compiles and autotunes the step's kernels, unless cubecl's autotune
-    /// cache and the driver's shader cache already hold them from an earlier run.
+    /// warmup), its optimizer update included: on a GPU it compiles and autotunes the step's
+    /// kernels, unless this process already did (an earlier config of the same bench) or
+    /// cubecl's autotune cache and the driver's shader cache hold them from an earlier run.
     pub first_step_secs: f64,
     /// Memory sampled after the forward pass of every timed step.
     pub memory: MemoryTracker,
@@ -504,8 +505,8 @@ pub struct TrainingRate {
 
 /// Throughput and memory of `steps` timed optimizer steps on synthetic images (after `warmup`
 /// untimed ones): what `vramfit bench` measures. Memory is sampled after the forward pass of
-/// every timed step (which synchronizes the device, as a real run does every few steps). Every
-/// step ends with reading its loss, so a step's time includes its device work.
+/// every timed step (which synchronizes the device, as a real run does every few steps). The
+/// first step waits for all its device work, optimizer update included; `steps` is at least 1.
 ///
 /// # Errors
 /// [`Error::Device`] when the device fails.
@@ -519,8 +520,12 @@ pub fn measure_training(
 ) -> Result<TrainingRate> {
     let (mut trainer, batches) = bench_trainer(config, device, num_classes, warmup + steps);
     let sample = sample_memory && device.is_gpu();
+    let steps = steps.max(1);
     let first = Instant::now();
     let first_images = bench_step(&mut trainer, &batches, warmup == 0 && sample)?;
+    // The step reads its loss before the optimizer update, whose kernels (compiled at the first
+    // step) run only when something waits for them.
+    device.device.sync().map_err(|e| Error::device(&e))?;
     let first_step_secs = first.elapsed().as_secs_f64();
     for _ in 1..warmup {
         bench_step(&mut trainer, &batches, false)?;
