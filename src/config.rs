@@ -195,10 +195,20 @@ pub enum Precision {
     F16,
 }
 
+impl Precision {
+    /// The config value: `f32` or `f16`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Precision::F32 => "f32",
+            Precision::F16 => "f16",
+        }
+    }
+}
+
 impl std::fmt::Display for Precision {
-    /// `f32` / `f16`, as the config file spells them.
+    /// [`Precision::name`].
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(if *self == Precision::F16 { "f16" } else { "f32" })
+        f.write_str(self.name())
     }
 }
 

@@ -40,7 +40,7 @@ impl MemoryCell {
             "{},{},{},{}",
             self.batch_size,
             self.image_px,
-            precision_name(self.precision),
+            self.precision.name(),
             if self.checkpointing { "on" } else { "off" }
         )
     }
@@ -84,13 +84,6 @@ impl MemoryCell {
         c.data.preprocess.crop_size = self.image_px;
         c.data.preprocess.load_size = self.image_px;
         c
-    }
-}
-
-fn precision_name(p: Precision) -> &'static str {
-    match p {
-        Precision::F32 => "f32",
-        Precision::F16 => "f16",
     }
 }
 
@@ -199,7 +192,7 @@ impl MemoryBenchRow {
         Self {
             batch_size: cell.batch_size,
             image_px: cell.image_px,
-            precision: precision_name(cell.precision).into(),
+            precision: cell.precision.name().into(),
             checkpointing: cell.checkpointing,
             predicted_bytes: est.total,
             predicted_in_use_bytes: est.in_use_after_forward,
