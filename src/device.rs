@@ -94,6 +94,23 @@ pub fn list_adapters() -> Vec<AdapterInfo> {
         .collect()
 }
 
+/// Waits until `device` has run all queued work, as [`Device::sync`] does. In a browser, where a
+/// blocking wait panics, it awaits the read of a one-element tensor instead: a read completes
+/// only after everything queued before it on the device.
+///
+/// # Errors
+/// The device's execution error.
+pub async fn sync_async(device: &Device) -> std::result::Result<(), impl std::fmt::Debug> {
+    #[cfg(not(target_arch = "wasm32"))]
+    {
+        device.sync()
+    }
+    #[cfg(target_arch = "wasm32")]
+    {
+        burn::tensor::Tensor::<1>::zeros([1], device).into_data_async().await.map(|_| ())
+    }
+}
+
 /// Index in `adapters` of the one the default device picks: the first discrete GPU, else
 /// integrated, virtual, then CPU adapter (wgpu's high-performance preference).
 pub fn default_adapter(adapters: &[AdapterInfo]) -> Option<usize> {

@@ -135,51 +135,65 @@ pub fn evaluate(
             )));
         }
         for chunk in batch.split(batch.len().div_ceil(fit)) {
-            evaluate_batch(model, chunk, device, precision, &mut result, &mut loss_sum, &mut top5_hits)?;
+            let labels = chunk.labels.clone();
+            let log_probs = pollster::block_on(batch_log_probs(model, chunk, device, precision))?;
+            count_batch(&log_probs, &labels, &mut result, &mut loss_sum, &mut top5_hits);
         }
     }
+    finish(&mut result, loss_sum, top5_hits);
+    Ok(result)
+}
+
+/// The loss, top-1 and top-5 of the batches [`count_batch`] added to `result`.
+pub(crate) fn finish(result: &mut EvalResult, loss_sum: f64, top5_hits: usize) {
+    let classes = result.class_names.len();
     let n = if result.samples == 0 { f64::NAN } else { result.samples as f64 };
     let correct: u64 = (0..classes).map(|i| result.confusion[i][i]).sum();
     result.loss = (loss_sum / n) as f32;
     result.top1 = (correct as f64 / n) as f32;
     result.top5 = (top5_hits as f64 / n) as f32;
-    Ok(result)
 }
 
-/// Adds one uploaded batch's loss sum, confusion counts and top-k hits to the running totals.
-fn evaluate_batch(
+/// The log-probabilities `[B * C]` (row-major, `C` classes) of one batch, read from the device
+/// in one awaited transfer (in a browser the page runs meanwhile; natively [`evaluate`] blocks
+/// on it).
+///
+/// # Errors
+/// [`Error::Device`] when the device fails to return them.
+pub(crate) async fn batch_log_probs(
     model: &Classifier,
     batch: Batch,
     device: &Device,
     precision: Precision,
+) -> Result<Vec<f32>> {
+    let (images, _) = batch_tensors(batch, device);
+    let logits = model.forward(images, precision);
+    let logp = burn::tensor::activation::log_softmax(logits, 1); // [B, C]
+    let data = logp.into_data_async().await.map_err(|e| Error::device(&e))?;
+    data.try_to_vec::<f32>().map_err(|e| Error::device(&e))
+}
+
+/// Adds one batch's loss sum (the negative log-probability of each true class), confusion counts
+/// and top-k hits to the running totals. `log_probs` is `[labels.len() * C]`.
+pub(crate) fn count_batch(
+    log_probs: &[f32],
+    labels: &[i64],
     result: &mut EvalResult,
     loss_sum: &mut f64,
     top5_hits: &mut usize,
-) -> Result<()> {
+) {
     let classes = result.class_names.len();
     let k = classes.min(5);
-    {
-        let labels_host = batch.labels.clone();
-        let n = batch.len();
-        let (images, labels) = batch_tensors(batch, device);
-        let logits = model.forward(images, precision);
-        let logp = burn::tensor::activation::log_softmax(logits, 1); // [B, C]
-        let nll = logp.clone().gather(1, labels.reshape([n, 1])).neg().sum();
-        let data = logp.try_into_data().map_err(|e| Error::device(&e))?;
-        let nll = nll.try_into_scalar::<f32>().map_err(|e| Error::device(&e))?;
-        *loss_sum += nll as f64;
-        let values = data.try_to_vec::<f32>().map_err(|e| Error::device(&e))?;
-        for (i, &label) in labels_host.iter().enumerate() {
-            let row = &values[i * classes..(i + 1) * classes];
-            let ranked = top_k(row, k);
-            result.confusion[label as usize][ranked[0].0] += 1;
-            if ranked.iter().any(|(c, _)| *c == label as usize) {
-                *top5_hits += 1;
-            }
+    for (i, &label) in labels.iter().enumerate() {
+        let row = &log_probs[i * classes..(i + 1) * classes];
+        *loss_sum -= f64::from(row[label as usize]);
+        let ranked = top_k(row, k);
+        result.confusion[label as usize][ranked[0].0] += 1;
+        if ranked.iter().any(|(c, _)| *c == label as usize) {
+            *top5_hits += 1;
         }
-        result.samples += n;
     }
-    Ok(())
+    result.samples += labels.len();
 }
 
 /// An accuracy (0..1) as a percentage with two decimals, or "n/a" when it was not measured (NaN).

@@ -477,12 +477,15 @@ fn sample_rng(seed: u64, i: usize) -> SmallRng {
     SmallRng::seed_from_u64(seed ^ (i as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15))
 }
 
-/// Iterator over the batches of one pass, in order, built by worker threads.
+/// Iterator over the batches of one pass, in order, built by worker threads (or, without
+/// them, [`batches_on_this_thread`]).
 pub struct BatchIter {
     rx: Receiver<(usize, Batch)>,
     pending: BTreeMap<usize, Batch>,
     next: usize,
     end: usize,
+    /// The pass, when its batches are built on the iterating thread.
+    inline: Option<(Arc<Dataset>, Arc<SamplePipeline>, Pass)>,
 }
 
 impl Iterator for BatchIter {
@@ -490,6 +493,11 @@ impl Iterator for BatchIter {
     fn next(&mut self) -> Option<Batch> {
         if self.next >= self.end {
             return None;
+        }
+        if let Some((dataset, pipeline, pass)) = &self.inline {
+            let batch = build_batch(dataset, pipeline, &pass.order, pass.batch_size, self.next, pass.seed);
+            self.next += 1;
+            return Some(batch);
         }
         loop {
             if let Some(b) = self.pending.remove(&self.next) {
@@ -597,6 +605,7 @@ pub fn batches(
     let n_batches = order.len().div_ceil(batch_size.max(1));
     let (tx, rx) = sync_channel(prefetch.max(1));
     let counter = Arc::new(AtomicUsize::new(skip_batches));
+    let mut spawned_any = false;
     for w in 0..worker_count(workers).min(n_batches.saturating_sub(skip_batches)).max(1) {
         let (tx, counter, dataset, pipeline, order) =
             (tx.clone(), counter.clone(), dataset.clone(), pipeline.clone(), order.clone());
@@ -615,8 +624,21 @@ pub fn batches(
         if spawned.is_err() {
             break;
         }
+        spawned_any = true;
     }
-    BatchIter { rx, pending: BTreeMap::new(), next: skip_batches, end: n_batches }
+    if !spawned_any {
+        return batches_on_this_thread(dataset, pipeline, Pass { order, batch_size, skip_batches, seed });
+    }
+    BatchIter { rx, pending: BTreeMap::new(), next: skip_batches, end: n_batches, inline: None }
+}
+
+/// `pass` built batch by batch on the thread that iterates, as each is asked for: where no
+/// thread can be started (a browser; a system out of threads, where [`batches`] falls back to
+/// it). The batches are the ones the workers would build: each depends only on the pass.
+pub fn batches_on_this_thread(dataset: Arc<Dataset>, pipeline: Arc<SamplePipeline>, pass: Pass) -> BatchIter {
+    let end = pass.order.len().div_ceil(pass.batch_size.max(1));
+    let (_, rx) = sync_channel(0);
+    BatchIter { rx, pending: BTreeMap::new(), next: pass.skip_batches, end, inline: Some((dataset, pipeline, pass)) }
 }
 
 #[cfg(test)]
@@ -672,6 +694,26 @@ mod tests {
         let later = Arc::new(super::SamplePipeline::from_config(&config, true).with_cache(Some(disk.clone())));
         assert_eq!(run(&later), want, "from disk");
         assert_eq!((disk.stats().misses, disk.stats().disk_hits), (0, 5));
+    }
+
+    #[test]
+    fn a_pass_built_on_the_iterating_thread_gives_the_workers_batches() {
+        use std::sync::Arc;
+        let dir = tempfile::tempdir().unwrap();
+        let paths = crate::loader_bench::write_photos(dir.path(), 96, 80, 7, 3).unwrap();
+        let dataset = Arc::new(crate::loader_bench::dataset_of(paths));
+        let mut config = crate::presets::load_config("8gb").unwrap();
+        config.set_all(&["data.preprocess.load_size=72".into(), "data.preprocess.crop_size=64".into()]).unwrap();
+        let pipe = Arc::new(super::SamplePipeline::from_config(&config, true));
+        // Seven images in batches of 3 from the second batch on: a random order, augmentation
+        // on, a short last batch.
+        let pass = super::Pass { order: Arc::new(vec![6, 2, 4, 0, 1, 5, 3]), batch_size: 3, skip_batches: 1, seed: 9 };
+        let key = |b: super::Batch| (b.images, b.labels, b.height, b.width);
+        let workers: Vec<_> = super::batches(dataset.clone(), pipe.clone(), pass.clone(), 2, 2).map(key).collect();
+        let inline: Vec<_> = super::batches_on_this_thread(dataset, pipe, pass).map(key).collect();
+        assert_eq!(workers.iter().map(|b| b.1.len()).collect::<Vec<_>>(), vec![3, 1]);
+        assert!(workers[0].0.iter().any(|&v| v != 0.0));
+        assert_eq!(inline, workers);
     }
 
     #[test]

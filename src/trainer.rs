@@ -191,12 +191,25 @@ impl Trainer {
         checkpoint::save(run_dir, self.model(), &opt, &self.state, self.config.train.keep_checkpoints)
     }
 
-    /// One optimizer step over `batches` (the step's loader batches).
+    /// [`Self::step_async`] driven to completion on the calling thread (the engine thread: on
+    /// a native device the read inside completes within its first poll).
     pub(crate) fn step(
         &mut self,
         batches: &[Batch],
         sample_memory: bool,
         sink: EventSink,
+    ) -> std::result::Result<StepStats, StepError> {
+        pollster::block_on(self.step_async(batches, sample_memory, sink))
+    }
+
+    /// One optimizer step over `batches` (the step's loader batches). Its one read of the device
+    /// (loss, correct count and gradient norm, [`Self::forward_backward`]) is awaited, so in a
+    /// browser the page runs while the device works; natively [`Self::step`] blocks on it.
+    pub(crate) async fn step_async(
+        &mut self,
+        batches: &[Batch],
+        sample_memory: bool,
+        sink: EventSink<'_>,
     ) -> std::result::Result<StepStats, StepError> {
         self.check_memory_cap()?;
         let total: usize = batches.iter().map(Batch::len).sum();
@@ -204,6 +217,7 @@ impl Trainer {
         let model = self.model.take().expect("model present between steps");
         let measured = self
             .forward_backward(&model, batches, total, sample_memory, sink)
+            .await
             .and_then(|r| self.check_memory_cap().map(|()| r));
         let (mut grads, stats) = match measured {
             Ok(Some(r)) => r,
@@ -257,13 +271,13 @@ impl Trainer {
     /// Returns the gradients and `[loss sum, correct count, squared gradient norm]`, read back in
     /// one transfer; `None` when the batches hold no image. Samples memory after the first
     /// forward pass when `sample_memory`.
-    fn forward_backward(
+    async fn forward_backward(
         &mut self,
         model: &Classifier,
         batches: &[Batch],
         total: usize,
         sample_memory: bool,
-        sink: EventSink,
+        sink: EventSink<'_>,
     ) -> std::result::Result<Option<(GradientsParams, Vec<f32>)>, StepError> {
         let (scale, eps) = (self.state.scaler.scale, self.config.train.label_smoothing);
         let mut accumulator = GradientsAccumulator::<Classifier>::new();
@@ -278,7 +292,7 @@ impl Trainer {
             if !sampled {
                 // The peak in use sits at the end of the forward pass, or (checkpointing) early
                 // in the backward pass.
-                self.device.sync().map_err(|e| StepError::device(&e))?;
+                crate::device::sync_async(&self.device).await.map_err(|e| StepError::device(&e))?;
                 // Under a cap, the reading the run records is one the card must hold: pools
                 // hand free pages back during the backward pass, so the check after it can
                 // read less than this peak.
@@ -308,8 +322,10 @@ impl Trainer {
         let (Some(loss_sum), Some(correct_sum), Some(norm_sq)) = (loss_sum, correct_sum, norm.acc) else {
             return Ok(None);
         };
-        let stats =
-            Tensor::cat(vec![loss_sum, correct_sum, norm_sq], 0).try_into_data().map_err(|e| StepError::device(&e))?;
+        let stats = Tensor::cat(vec![loss_sum, correct_sum, norm_sq], 0)
+            .into_data_async()
+            .await
+            .map_err(|e| StepError::device(&e))?;
         let stats = stats.try_to_vec::<f32>().map_err(|e| StepError::Fatal(Error::device(&e)))?;
         Ok(Some((grads, stats)))
     }
