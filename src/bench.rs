@@ -1,7 +1,7 @@
 //! Benchmarks behind `vramfit bench train`: training and inference throughput per backend
 //! (`bench memory` is in [`crate::memory_bench`], `bench loader` in [`crate::loader_bench`]).
 
-use std::time::Instant;
+use web_time::Instant;
 
 use serde::{Deserialize, Serialize};
 

@@ -376,24 +376,7 @@ fn split(all: Dataset, opts: &ScanOptions) -> (Dataset, Dataset) {
 fn open_idx(dir: &Path, imgs: &Path, labs: &Path, opts: &ScanOptions) -> Result<Splits> {
     let (train_imgs, train_labels) = idx::load_pair(imgs, labs)?;
     let class_names = idx_class_names(dir, &train_labels);
-    let to_dataset = |images: IdxImages, labels: Vec<u8>| -> Result<Dataset> {
-        let images = Arc::new(images);
-        let samples = labels
-            .iter()
-            .enumerate()
-            .map(|(index, &l)| {
-                if (l as usize) < class_names.len() {
-                    Ok(Sample { source: SampleSource::Idx { images: images.clone(), index }, label: l as usize })
-                } else {
-                    Err(Error::Dataset {
-                        path: dir.into(),
-                        message: format!("label {l} has no class name in classes.txt"),
-                    })
-                }
-            })
-            .collect::<Result<Vec<_>>>()?;
-        Ok(Dataset { class_names: class_names.clone(), samples })
-    };
+    let to_dataset = |images, labels: Vec<u8>| idx_dataset(images, &labels, class_names.clone(), dir);
     let train = to_dataset(train_imgs, train_labels)?;
     if let Some((ti, tl)) = idx::find_split(dir, "t10k") {
         let (test_imgs, test_labels) = idx::load_pair(&ti, &tl)?;
@@ -414,6 +397,27 @@ fn open_idx(dir: &Path, imgs: &Path, labs: &Path, opts: &ScanOptions) -> Result<
         report: ScanReport::default(),
         root: dir.to_path_buf(),
     })
+}
+
+/// The samples of one IDX image file and its labels, with `class_names` (label `l` is
+/// `class_names[l]`).
+///
+/// # Errors
+/// [`Error::Dataset`] naming `dir` when a label has no class name.
+pub fn idx_dataset(images: IdxImages, labels: &[u8], class_names: Vec<String>, dir: &Path) -> Result<Dataset> {
+    let images = Arc::new(images);
+    let samples = labels
+        .iter()
+        .enumerate()
+        .map(|(index, &l)| {
+            if (l as usize) < class_names.len() {
+                Ok(Sample { source: SampleSource::Idx { images: images.clone(), index }, label: l as usize })
+            } else {
+                Err(Error::Dataset { path: dir.into(), message: format!("label {l} has no class name in classes.txt") })
+            }
+        })
+        .collect::<Result<Vec<_>>>()?;
+    Ok(Dataset { class_names, samples })
 }
 
 /// Class names of an IDX folder: `classes.txt` (one per line) if present, Fashion-MNIST's when

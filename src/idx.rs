@@ -147,8 +147,24 @@ fn parse_labels(bytes: &[u8]) -> std::result::Result<Vec<u8>, String> {
 /// # Errors
 /// [`Error::Idx`] naming the file at fault.
 pub fn load_pair(images: &Path, labels: &Path) -> Result<(IdxImages, Vec<u8>)> {
-    let imgs = parse_images(&read_maybe_gzip(images)?).map_err(|m| idx_err(images, m))?;
-    let labs = parse_labels(&read_maybe_gzip(labels)?).map_err(|m| idx_err(labels, m))?;
+    parse_pair(read_maybe_gzip(images)?, read_maybe_gzip(labels)?, images, labels)
+}
+
+/// [`load_pair`] on the files' bytes, already read (gzip or not): where there is no file system
+/// (a browser); `images` and `labels` name the files in errors.
+///
+/// # Errors
+/// [`Error::Idx`] naming the file at fault.
+pub fn parse_pair(
+    image_bytes: Vec<u8>,
+    label_bytes: Vec<u8>,
+    images: &Path,
+    labels: &Path,
+) -> Result<(IdxImages, Vec<u8>)> {
+    let image_bytes = decompress_if_gzip(image_bytes).map_err(|m| idx_err(images, m))?;
+    let label_bytes = decompress_if_gzip(label_bytes).map_err(|m| idx_err(labels, m))?;
+    let imgs = parse_images(&image_bytes).map_err(|m| idx_err(images, m))?;
+    let labs = parse_labels(&label_bytes).map_err(|m| idx_err(labels, m))?;
     if imgs.count != labs.len() {
         return Err(idx_err(
             images,

@@ -49,6 +49,8 @@ pub mod session;
 pub mod train;
 pub mod trainer;
 pub mod user_path;
+#[cfg(target_arch = "wasm32")]
+pub mod web;
 pub mod worker_process;
 
 pub use error::{Error, Result};

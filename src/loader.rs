@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{Receiver, sync_channel};
-use std::time::Instant;
+use web_time::Instant;
 
 use image::RgbImage;
 use rand::SeedableRng;

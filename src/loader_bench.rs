@@ -9,7 +9,7 @@
 
 use std::path::Path;
 use std::sync::Arc;
-use std::time::Instant;
+use web_time::Instant;
 
 use rand::{Rng, SeedableRng};
 use serde::Serialize;

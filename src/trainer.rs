@@ -25,7 +25,7 @@ use burn::tensor::{Device, Int, Tensor, TensorData};
 use rand::SeedableRng;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Instant;
+use web_time::Instant;
 
 /// Result of one optimizer step.
 #[derive(Clone, Copy, Debug)]

@@ -3,7 +3,7 @@
 //! row of `metrics.csv` per step.
 
 use std::sync::Arc;
-use std::time::Instant;
+use web_time::Instant;
 
 use rand::SeedableRng;
 use rand::seq::SliceRandom;

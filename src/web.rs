@@ -1,0 +1,168 @@
+//! The browser entry point (wasm32 only; issue "vramfit in the browser"): trains the quickstart
+//! preset on the bundled Fashion-MNIST subset on the page's WebGPU adapter and evaluates it,
+//! through the same [`Trainer::step_async`] and [`eval::batch_log_probs`] the native engine
+//! blocks on. Here they are awaited, so the page keeps running while the device works.
+//!
+//! This is the first slice of the web build: a function the page calls (`web/index.html`),
+//! not yet the egui app.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use burn::tensor::Device;
+use wasm_bindgen::prelude::*;
+
+use crate::config::Precision;
+use crate::dataset::{self, Dataset};
+use crate::eval::{self, EvalResult};
+use crate::events::Event;
+use crate::loader::{self, Pass, SamplePipeline};
+use crate::trainer::Trainer;
+
+const TRAIN_IMAGES: &[u8] = include_bytes!("../assets/fashion-mnist-subset/train-images-idx3-ubyte.gz");
+const TRAIN_LABELS: &[u8] = include_bytes!("../assets/fashion-mnist-subset/train-labels-idx1-ubyte.gz");
+const TEST_IMAGES: &[u8] = include_bytes!("../assets/fashion-mnist-subset/t10k-images-idx3-ubyte.gz");
+const TEST_LABELS: &[u8] = include_bytes!("../assets/fashion-mnist-subset/t10k-labels-idx1-ubyte.gz");
+
+#[wasm_bindgen]
+extern "C" {
+    #[wasm_bindgen(js_namespace = console, js_name = error)]
+    fn console_error(message: &str);
+}
+
+/// Warnings and errors of the `log` crate, to the page's console: cubecl reports a shader the
+/// browser refused only there (cubecl issue 1641).
+struct ConsoleLog;
+
+impl log::Log for ConsoleLog {
+    fn enabled(&self, metadata: &log::Metadata) -> bool {
+        metadata.level() <= log::Level::Warn
+    }
+    fn log(&self, record: &log::Record) {
+        if self.enabled(record.metadata()) {
+            console_error(&format!("{} {}: {}", record.level(), record.target(), record.args()));
+        }
+    }
+    fn flush(&self) {}
+}
+
+/// Panics and `log` warnings show in the page's console with their message (a panic in wasm is
+/// otherwise only an `unreachable` trap).
+fn log_panics() {
+    std::panic::set_hook(Box::new(|info| console_error(&format!("vramfit panicked: {info}"))));
+    if log::set_logger(&ConsoleLog).is_ok() {
+        log::set_max_level(log::LevelFilter::Warn);
+    }
+}
+
+fn js_error(e: impl std::fmt::Display) -> JsValue {
+    JsValue::from_str(&e.to_string())
+}
+
+/// One split of the bundled subset from the bytes built into the page.
+fn bundled(images: &[u8], labels: &[u8], name: &str) -> crate::Result<Dataset> {
+    let dir = Path::new("assets/fashion-mnist-subset");
+    let (imgs, labs) = crate::idx::parse_pair(
+        images.to_vec(),
+        labels.to_vec(),
+        &dir.join(format!("{name}-images-idx3-ubyte.gz")),
+        &dir.join(format!("{name}-labels-idx1-ubyte.gz")),
+    )?;
+    let classes = dataset::FASHION_MNIST_CLASSES.iter().map(|s| s.to_string()).collect();
+    dataset::idx_dataset(imgs, &labs, classes, dir)
+}
+
+/// Trains quickstart for `steps` optimizer steps (f32: browsers' WebGPU may lack f16) on the
+/// page's WebGPU adapter, calling `on_step(step, loss, bytes_in_use, bytes_reserved)` after each,
+/// then evaluates on the bundled test images. Resolves to a JSON string
+/// `{"adapter", "losses": [..], "top1", "eval_images"}`.
+///
+/// # Errors
+/// Rejects with a message when WebGPU cannot start, the data does not parse or a step fails.
+#[wasm_bindgen]
+pub async fn train_quickstart(steps: u32, on_step: js_sys::Function) -> Result<String, JsValue> {
+    log_panics();
+    let device = Device::wgpu_options().init_async().await.map_err(|e| js_error(format!("WebGPU: {e:?}")))?;
+    let mut config = crate::presets::load_config("quickstart").map_err(js_error)?;
+    config.train.precision = Precision::F32;
+    config.train.checkpointing = false;
+    let train = Arc::new(bundled(TRAIN_IMAGES, TRAIN_LABELS, "train").map_err(js_error)?);
+    let test = Arc::new(bundled(TEST_IMAGES, TEST_LABELS, "t10k").map_err(js_error)?);
+    let batch_size = config.train.batch_size;
+    let steps_per_epoch = train.samples.len().div_ceil(batch_size);
+    let mut trainer =
+        Trainer::new(&config, Precision::F32, &device, train.class_names.clone(), steps as usize, steps_per_epoch);
+    let pipeline = Arc::new(SamplePipeline::from_config(&config, true).with_device_augment(false));
+    let order = Arc::new(shuffled(train.samples.len(), config.seed));
+    let pass = Pass { order, batch_size, skip_batches: 0, seed: config.seed };
+    let mut batches = loader::batches_on_this_thread(train.clone(), pipeline, pass);
+    let mut losses = Vec::new();
+    let mut sink = |_e: Event| {};
+    for step in 0..steps {
+        let Some(batch) = batches.next() else { break };
+        let stats = trainer
+            .step_async(std::slice::from_ref(&batch), false, &mut sink)
+            .await
+            .map_err(|e| js_error(step_error(e)))?;
+        trainer.state.global_step += 1;
+        let (in_use, reserved) = device.memory_pool_usage().map_or((0, 0), |u| (u.bytes_in_use, u.bytes_reserved));
+        losses.push(stats.loss);
+        let _ = on_step.call4(
+            &JsValue::NULL,
+            &JsValue::from(step + 1),
+            &JsValue::from(stats.loss),
+            &JsValue::from(in_use as f64),
+            &JsValue::from(reserved as f64),
+        );
+    }
+    let result = evaluate(&trainer, test, &config, &device).await.map_err(js_error)?;
+    Ok(serde_json::json!({
+        "adapter": format!("{device:?}"),
+        "losses": losses,
+        "top1": result.top1,
+        "eval_images": result.samples,
+    })
+    .to_string())
+}
+
+fn step_error(e: crate::trainer::StepError) -> String {
+    match e {
+        crate::trainer::StepError::Device(m) => format!("device: {m}"),
+        crate::trainer::StepError::Fatal(e) => e.to_string(),
+    }
+}
+
+/// A seeded permutation of `0..n` (the run's shuffle).
+fn shuffled(n: usize, seed: u64) -> Vec<usize> {
+    use rand::SeedableRng;
+    use rand::seq::SliceRandom;
+    let mut order: Vec<usize> = (0..n).collect();
+    order.shuffle(&mut rand::rngs::SmallRng::seed_from_u64(seed));
+    order
+}
+
+async fn evaluate(
+    trainer: &Trainer,
+    data: Arc<Dataset>,
+    config: &crate::config::Config,
+    device: &Device,
+) -> crate::Result<EvalResult> {
+    use burn::module::Module;
+    let model = trainer.model().valid();
+    let classes = data.class_names.len();
+    let mut result = EvalResult {
+        class_names: data.class_names.clone(),
+        confusion: vec![vec![0; classes]; classes],
+        ..Default::default()
+    };
+    let (mut loss_sum, mut top5_hits) = (0f64, 0usize);
+    let pipeline = Arc::new(SamplePipeline::from_config(config, false));
+    let pass = Pass::in_order(data.samples.len(), config.train.batch_size, 0);
+    for batch in loader::batches_on_this_thread(data, pipeline, pass) {
+        let labels = batch.labels.clone();
+        let log_probs = eval::batch_log_probs(&model, batch, device, Precision::F32).await?;
+        eval::count_batch(&log_probs, &labels, &mut result, &mut loss_sum, &mut top5_hits);
+    }
+    eval::finish(&mut result, loss_sum, top5_hits);
+    Ok(result)
+}

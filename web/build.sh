@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Builds the web page's WebAssembly and JavaScript glue into web/pkg/ (run from anywhere).
+# Needs the wasm32 target (`rustup target add wasm32-unknown-unknown`) and wasm-bindgen-cli at
+# the version in Cargo.lock (`cargo install wasm-bindgen-cli --version <it>`); this script
+# checks the version and says which to install. Serve web/ with any static server, e.g.
+# `python3 -m http.server -d web 8080`, and open http://localhost:8080/ in a browser with WebGPU.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+want=$(awk '/^name = "wasm-bindgen"$/ { getline; gsub(/[^0-9.]/, ""); print; exit }' Cargo.lock)
+have=$(wasm-bindgen --version 2>/dev/null | awk '{ print $2 }' || true)
+if [ "$have" != "$want" ]; then
+  echo "web/build.sh: wasm-bindgen-cli $want is needed (found: ${have:-none}); run: cargo install wasm-bindgen-cli --version $want" >&2
+  exit 1
+fi
+cargo rustc --release --lib --target wasm32-unknown-unknown --crate-type cdylib
+wasm-bindgen --target web --no-typescript --out-dir web/pkg target/wasm32-unknown-unknown/release/vramfit.wasm
+echo "web/pkg: $(du -sh web/pkg | cut -f1)"

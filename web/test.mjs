@@ -1,0 +1,74 @@
+// Headless browser test of the web build (web/build.sh first): serves web/, opens the page in
+// Chromium with WebGPU (SwiftShader here), trains quickstart a few steps and checks that the
+// loss falls, memory readings arrive, the evaluation ran, and no console error or panic
+// appeared. Needs Debian's chromium (or CHROMIUM=path) and `npm install --prefix web playwright-core`.
+// Usage: node web/test.mjs [steps] [screenshot.png]; WEB_TEST_TIMEOUT_S bounds the wait (1200).
+import { chromium } from "playwright-core";
+import { createServer } from "node:http";
+import { readFile } from "node:fs/promises";
+import { extname, join, dirname } from "node:path";
+import { fileURLToPath } from "node:url";
+
+const root = dirname(fileURLToPath(import.meta.url));
+const steps = Number(process.argv[2] || 30);
+const screenshot = process.argv[3];
+const types = { ".html": "text/html", ".js": "text/javascript", ".wasm": "application/wasm" };
+const server = createServer(async (req, res) => {
+  const path = join(root, decodeURIComponent(new URL(req.url, "http://x").pathname).replace(/\/$/, "/index.html"));
+  try {
+    const body = await readFile(path);
+    res.writeHead(200, { "content-type": types[extname(path)] || "application/octet-stream" });
+    res.end(body);
+  } catch {
+    console.log(`[server] 404 ${req.url}`);
+    res.writeHead(404);
+    res.end();
+  }
+}).listen(0, "127.0.0.1");
+await new Promise((ok) => server.on("listening", ok));
+const url = `http://127.0.0.1:${server.address().port}/?autostart&steps=${steps}`;
+
+const browser = await chromium.launch({
+  executablePath: process.env.CHROMIUM || "/usr/bin/chromium",
+  args: ["--enable-unsafe-webgpu", "--use-angle=swiftshader", "--no-sandbox"],
+});
+const failures = [];
+const page = await browser.newPage();
+page.on("console", (m) => {
+  console.log(`[page ${m.type()}] ${m.text()}`);
+  if (m.type() === "error") failures.push(`console error: ${m.text()}`);
+});
+page.on("pageerror", (e) => failures.push(`page error: ${e.message}`));
+const started = Date.now();
+await page.goto(url);
+try {
+  const errored = new Promise((_, fail) => page.on("pageerror", (e) => fail(new Error(`page error: ${e.message}`))));
+  const done = page.waitForFunction(() => window.vramfit && window.vramfit.done, null, { timeout: Number(process.env.WEB_TEST_TIMEOUT_S || 1200) * 1000, polling: 1000 });
+  await Promise.race([done, errored]);
+} catch (e) {
+  console.error(`the page did not finish: ${e.message}; it shows: ${await page.evaluate(() => document.getElementById("status").textContent)}`);
+  console.error(failures.join("\n"));
+  await browser.close();
+  process.exit(1);
+}
+const state = await page.evaluate(() => window.vramfit);
+if (screenshot) await page.screenshot({ path: screenshot, fullPage: true });
+await browser.close();
+server.close();
+
+const seconds = ((Date.now() - started) / 1000).toFixed(1);
+if (state.error) failures.push(`training failed: ${state.error}`);
+const losses = state.steps.map((s) => s.loss);
+if (state.steps.length !== steps) failures.push(`${state.steps.length} steps reported, ${steps} asked`);
+const mean = (xs) => xs.reduce((a, b) => a + b, 0) / xs.length;
+const k = Math.max(1, Math.floor(losses.length / 4));
+const first = mean(losses.slice(0, k)), last = mean(losses.slice(-k));
+if (!(last < first)) failures.push(`loss did not fall: first ${k} steps ${first}, last ${k} ${last}`);
+if (!state.steps.every((s) => s.reserved > 0 && s.inUse > 0)) failures.push("a step reported no device memory");
+if (!state.result || !(state.result.eval_images > 0)) failures.push("no evaluation result");
+console.log(JSON.stringify({ seconds, first_loss: first, last_loss: last, result: state.result }));
+if (failures.length) {
+  console.error(failures.join("\n"));
+  process.exit(1);
+}
+console.log(`web test passed in ${seconds} s`);
