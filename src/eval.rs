@@ -76,7 +76,7 @@ pub struct EvalSettings<'a> {
     pub batch_size: usize,
     /// Compute precision of the forward pass.
     pub precision: Precision,
-    /// Decoding threads (0: the calling thread).
+    /// Decoding threads (0: automatic, [`crate::loader::worker_count`]).
     pub workers: usize,
     /// Bytes one tensor may occupy on the device
     /// ([`crate::device::SelectedDevice::buffer_limit`]); `None` on the CPU.

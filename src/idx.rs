@@ -38,15 +38,6 @@ impl IdxImages {
     }
 }
 
-/// Reads a file and un-gzips it when its bytes say gzip.
-///
-/// # Errors
-/// [`Error::Idx`] naming the file when it is unreadable, bad gzip, or too large decompressed.
-pub fn read_maybe_gzip(path: &Path) -> Result<Vec<u8>> {
-    let raw = std::fs::read(path).map_err(|e| idx_err(path, format!("cannot read: {e}")))?;
-    decompress_if_gzip(raw).map_err(|m| idx_err(path, m))
-}
-
 /// Un-gzips `raw` when it starts with the gzip magic, else returns it unchanged.
 ///
 /// # Errors
@@ -147,7 +138,8 @@ fn parse_labels(bytes: &[u8]) -> std::result::Result<Vec<u8>, String> {
 /// # Errors
 /// [`Error::Idx`] naming the file at fault.
 pub fn load_pair(images: &Path, labels: &Path) -> Result<(IdxImages, Vec<u8>)> {
-    parse_pair(read_maybe_gzip(images)?, read_maybe_gzip(labels)?, images, labels)
+    let read = |path: &Path| std::fs::read(path).map_err(|e| idx_err(path, format!("cannot read: {e}")));
+    parse_pair(read(images)?, read(labels)?, images, labels)
 }
 
 /// [`load_pair`] on the files' bytes, already read (gzip or not): where there is no file system

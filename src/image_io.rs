@@ -116,8 +116,19 @@ pub fn decode_image_scaled(
         return Err(ImageFault::OverPixelCap { width, height, max_pixels: opts.max_pixels });
     }
     if format == ImageFormat::Jpeg {
+        let scaled = || dct_scale(width, height, min_side).and_then(|scale| decode_jpeg_scaled(bytes, scale));
+        // A file that ends with its end marker cannot have been cut short (entropy-coded data
+        // never holds `FF D9`: a coded `FF` is followed by `00` or a restart marker), so on the
+        // scaled path the scaled decoder's own errors are its only check; a file it refuses
+        // goes on to the strict check below. Until this path existed every JPEG was decoded
+        // in full once more by that check, most of a 12 MP photo's load time (README, "The
+        // input pipeline").
+        let whole = bytes.ends_with(&[0xFF, 0xD9]);
+        if whole && let Some(img) = scaled() {
+            return Ok(img);
+        }
         check_jpeg_complete(bytes)?;
-        if let Some(img) = dct_scale(width, height, min_side).and_then(|scale| decode_jpeg_scaled(bytes, scale)) {
+        if !whole && let Some(img) = scaled() {
             return Ok(img);
         }
     }
@@ -204,20 +215,13 @@ fn describe_unknown(bytes: &[u8]) -> ImageFault {
 /// Rejects JPEGs whose entropy-coded data is cut short (decoders fill the missing rows with
 /// invented pixels). A file missing only its final EOI marker is accepted.
 ///
-/// A file that ends with the EOI marker (`FF D9`) was written to its end and costs nothing
-/// here: entropy-coded data never holds `FF D9` (a coded `FF` byte is followed by `00` or a
-/// restart marker), so a cut can only end there right after a real EOI. Until this shortcut
-/// every JPEG was decoded once in full here, which was most of a 12 MP photo's load time on
-/// the scaled path (`vramfit bench loader`, README).
-///
-/// A file without EOI must decode strictly once the marker is appended, and must have data
-/// down to the bottom of the image. That is tested by decoding it again with the last eighth
-/// of its scan data removed: for a complete file the first changed row is in the bottom part of
-/// the image, for a file cut at 60% it is above the middle.
+/// Strict decoding must succeed (a bad Huffman code, a stray marker or a scan that ends early
+/// fail it), possibly after appending the EOI marker; and a file that does not end with EOI must
+/// have data down to the bottom of the image. That is tested by decoding it again with the last
+/// eighth of its scan data removed: for a complete file the first changed row is in the bottom
+/// part of the image, for a file cut at 60% it is above the middle. A full decode (two without
+/// EOI): [`decode_image_scaled`] skips it for whole files its scaled decoder accepts.
 fn check_jpeg_complete(bytes: &[u8]) -> std::result::Result<(), ImageFault> {
-    if bytes.ends_with(&[0xFF, 0xD9]) {
-        return Ok(());
-    }
     let decode = |data: &[u8], strict: bool| {
         let options = zune_core::options::DecoderOptions::default().set_strict_mode(strict);
         let mut d = zune_jpeg::JpegDecoder::new_with_options(zune_core::bytestream::ZCursor::new(data), options);
@@ -226,15 +230,18 @@ fn check_jpeg_complete(bytes: &[u8]) -> std::result::Result<(), ImageFault> {
         Ok::<_, zune_jpeg::errors::DecodeErrors>((pixels, w, h))
     };
     let truncated = |why: String| Err(ImageFault::TruncatedJpeg(why));
+    let ends_with_eoi = bytes.ends_with(&[0xFF, 0xD9]);
     let mut with_eoi = bytes.to_vec();
-    with_eoi.extend_from_slice(&[0xFF, 0xD9]);
+    if !ends_with_eoi {
+        with_eoi.extend_from_slice(&[0xFF, 0xD9]);
+    }
     let (full, w, h) = match decode(&with_eoi, true) {
         Ok(r) => r,
         Err(e) => return truncated(e.to_string()),
     };
     let scan_start = bytes.windows(2).position(|m| m == [0xFF, 0xDA]).unwrap_or(0);
     let scan_len = bytes.len().saturating_sub(scan_start);
-    if scan_len < 16 || w == 0 || h < 16 {
+    if ends_with_eoi || scan_len < 16 || w == 0 || h < 16 {
         return Ok(());
     }
     // Cut a little more and see which rows change: only the last ones when the data was whole.

@@ -191,8 +191,8 @@ impl Trainer {
         checkpoint::save(run_dir, self.model(), &opt, &self.state, self.config.train.keep_checkpoints)
     }
 
-    /// [`Self::step_async`] driven to completion on the calling thread (the engine thread: on
-    /// a native device the read inside completes within its first poll).
+    /// [`Self::step_async`] driven to completion on the calling thread (the engine thread), which
+    /// sleeps until the device's read wakes it.
     pub(crate) fn step(
         &mut self,
         batches: &[Batch],

@@ -28,6 +28,8 @@ const TEST_LABELS: &[u8] = include_bytes!("../assets/fashion-mnist-subset/t10k-l
 extern "C" {
     #[wasm_bindgen(js_namespace = console, js_name = error)]
     fn console_error(message: &str);
+    #[wasm_bindgen(js_namespace = console, js_name = warn)]
+    fn console_warn(message: &str);
 }
 
 /// Warnings and errors of the `log` crate, to the page's console: cubecl reports a shader the
@@ -39,8 +41,11 @@ impl log::Log for ConsoleLog {
         metadata.level() <= log::Level::Warn
     }
     fn log(&self, record: &log::Record) {
-        if self.enabled(record.metadata()) {
-            console_error(&format!("{} {}: {}", record.level(), record.target(), record.args()));
+        let message = format!("{} {}: {}", record.level(), record.target(), record.args());
+        match record.level() {
+            log::Level::Error => console_error(&message),
+            log::Level::Warn => console_warn(&message),
+            _ => {}
         }
     }
     fn flush(&self) {}
@@ -93,23 +98,36 @@ pub async fn train_quickstart(steps: u32, on_step: js_sys::Function) -> Result<S
     let mut trainer =
         Trainer::new(&config, Precision::F32, &device, train.class_names.clone(), steps as usize, steps_per_epoch);
     let pipeline = Arc::new(SamplePipeline::from_config(&config, true).with_device_augment(false));
-    let order = Arc::new(shuffled(train.samples.len(), config.seed));
-    let pass = Pass { order, batch_size, skip_batches: 0, seed: config.seed };
-    let mut batches = loader::batches_on_this_thread(train.clone(), pipeline, pass);
     let mut losses = Vec::new();
     let mut sink = |_e: Event| {};
-    for step in 0..steps {
-        let Some(batch) = batches.next() else { break };
+    let (mut epoch, mut batches, mut steps_at_epoch_start) = (0u64, None, 0);
+    while trainer.state.global_step < steps as usize {
+        let batch = match batches.as_mut().and_then(Iterator::next) {
+            Some(batch) => batch,
+            None => {
+                if epoch > 0 && trainer.state.global_step == steps_at_epoch_start {
+                    return Err(js_error("a whole epoch gave no trainable batch"));
+                }
+                steps_at_epoch_start = trainer.state.global_step;
+                batches = Some(epoch_batches(&train, &pipeline, batch_size, config.seed, epoch));
+                epoch += 1;
+                continue;
+            }
+        };
         let stats = trainer
             .step_async(std::slice::from_ref(&batch), false, &mut sink)
             .await
             .map_err(|e| js_error(step_error(e)))?;
+        if !stats.applied || stats.images == 0 {
+            continue;
+        }
         trainer.state.global_step += 1;
+        let step = trainer.state.global_step;
         let (in_use, reserved) = device.memory_pool_usage().map_or((0, 0), |u| (u.bytes_in_use, u.bytes_reserved));
         losses.push(stats.loss);
         let _ = on_step.call4(
             &JsValue::NULL,
-            &JsValue::from(step + 1),
+            &JsValue::from(step as u32),
             &JsValue::from(stats.loss),
             &JsValue::from(in_use as f64),
             &JsValue::from(reserved as f64),
@@ -132,13 +150,20 @@ fn step_error(e: crate::trainer::StepError) -> String {
     }
 }
 
-/// A seeded permutation of `0..n` (the run's shuffle).
-fn shuffled(n: usize, seed: u64) -> Vec<usize> {
+/// Epoch `epoch`'s batches of `train`: a seeded shuffle per epoch, as a native run's.
+fn epoch_batches(
+    train: &Arc<Dataset>,
+    pipeline: &Arc<SamplePipeline>,
+    batch_size: usize,
+    seed: u64,
+    epoch: u64,
+) -> loader::BatchIter {
     use rand::SeedableRng;
     use rand::seq::SliceRandom;
-    let mut order: Vec<usize> = (0..n).collect();
-    order.shuffle(&mut rand::rngs::SmallRng::seed_from_u64(seed));
-    order
+    let mut order: Vec<usize> = (0..train.samples.len()).collect();
+    order.shuffle(&mut rand::rngs::SmallRng::seed_from_u64(seed.wrapping_add(epoch)));
+    let pass = Pass { order: Arc::new(order), batch_size, skip_batches: 0, seed: seed ^ (epoch << 32) };
+    loader::batches_on_this_thread(train.clone(), pipeline.clone(), pass)
 }
 
 async fn evaluate(
@@ -159,6 +184,10 @@ async fn evaluate(
     let pipeline = Arc::new(SamplePipeline::from_config(config, false));
     let pass = Pass::in_order(data.samples.len(), config.train.batch_size, 0);
     for batch in loader::batches_on_this_thread(data, pipeline, pass) {
+        result.skipped.extend(batch.skipped.iter().cloned());
+        if batch.is_empty() {
+            continue;
+        }
         let labels = batch.labels.clone();
         let log_probs = eval::batch_log_probs(&model, batch, device, Precision::F32).await?;
         eval::count_batch(&log_probs, &labels, &mut result, &mut loss_sum, &mut top5_hits);
