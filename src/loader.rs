@@ -589,6 +589,16 @@ impl Pass {
     pub fn in_order(len: usize, batch_size: usize, seed: u64) -> Self {
         Self { order: Arc::new((0..len).collect()), batch_size, skip_batches: 0, seed }
     }
+
+    /// Training epoch `epoch` of a run seeded `seed` over a dataset of `len`: the samples shuffled
+    /// by `seed + epoch`, the pass seeded `seed ^ (epoch << 32)`, from batch `skip_batches`.
+    pub fn training_epoch(len: usize, batch_size: usize, seed: u64, epoch: u64, skip_batches: usize) -> Self {
+        use rand::SeedableRng;
+        use rand::seq::SliceRandom;
+        let mut order: Vec<usize> = (0..len).collect();
+        order.shuffle(&mut SmallRng::seed_from_u64(seed.wrapping_add(epoch)));
+        Self { order: Arc::new(order), batch_size, skip_batches, seed: seed ^ (epoch << 32) }
+    }
 }
 
 /// Starts `pass` on `workers` threads (0 = automatic, [`worker_count`]) that build up to

@@ -109,7 +109,8 @@ pub async fn train_quickstart(steps: u32, on_step: js_sys::Function) -> Result<S
                     return Err(js_error("a whole epoch gave no trainable batch"));
                 }
                 steps_at_epoch_start = trainer.state.global_step;
-                batches = Some(epoch_batches(&train, &pipeline, batch_size, config.seed, epoch));
+                let pass = Pass::training_epoch(train.samples.len(), batch_size, config.seed, epoch, 0);
+                batches = Some(loader::batches_on_this_thread(train.clone(), pipeline.clone(), pass));
                 epoch += 1;
                 continue;
             }
@@ -148,22 +149,6 @@ fn step_error(e: crate::trainer::StepError) -> String {
         crate::trainer::StepError::Device(m) => format!("device: {m}"),
         crate::trainer::StepError::Fatal(e) => e.to_string(),
     }
-}
-
-/// Epoch `epoch`'s batches of `train`: a seeded shuffle per epoch, as a native run's.
-fn epoch_batches(
-    train: &Arc<Dataset>,
-    pipeline: &Arc<SamplePipeline>,
-    batch_size: usize,
-    seed: u64,
-    epoch: u64,
-) -> loader::BatchIter {
-    use rand::SeedableRng;
-    use rand::seq::SliceRandom;
-    let mut order: Vec<usize> = (0..train.samples.len()).collect();
-    order.shuffle(&mut rand::rngs::SmallRng::seed_from_u64(seed.wrapping_add(epoch)));
-    let pass = Pass { order: Arc::new(order), batch_size, skip_batches: 0, seed: seed ^ (epoch << 32) };
-    loader::batches_on_this_thread(train.clone(), pipeline.clone(), pass)
 }
 
 async fn evaluate(

@@ -5,9 +5,6 @@
 use std::sync::Arc;
 use web_time::Instant;
 
-use rand::SeedableRng;
-use rand::seq::SliceRandom;
-
 use super::{METRICS_HEADER, Run, csv_append};
 use crate::checkpoint;
 use crate::config::Config;
@@ -62,16 +59,14 @@ impl Run<'_> {
     /// `summary.stopped` when Stop or the step cap ended it early (after a checkpoint).
     pub(super) fn train_epoch(&mut self, data: &EpochData, sink: EventSink, stop: &StopSignal) -> Result<EpochTotals> {
         let epoch = self.trainer.state.epoch;
-        let seed = self.config.seed;
-        let mut order: Vec<usize> = (0..data.train.samples.len()).collect();
-        order.shuffle(&mut rand::rngs::SmallRng::seed_from_u64(seed.wrapping_add(epoch as u64)));
         let skip = self.trainer.state.batches_done_in_epoch;
-        let pass = loader::Pass {
-            order: Arc::new(order),
-            batch_size: self.batch_size,
-            skip_batches: skip,
-            seed: seed ^ ((epoch as u64) << 32),
-        };
+        let pass = loader::Pass::training_epoch(
+            data.train.samples.len(),
+            self.batch_size,
+            self.config.seed,
+            epoch as u64,
+            skip,
+        );
         let mut batches = loader::batches(
             data.train.clone(),
             data.train_pipe.clone(),
