@@ -7,9 +7,9 @@
 
 use std::path::{Path, PathBuf};
 
-use burn::module::Module;
+use burn::module::{Module, ModuleMapper, ModuleVisitor, Param};
 use burn::store::{BurnToPyTorchAdapter, ModuleSnapshot, PyTorchToBurnAdapter, SafetensorsStore};
-use burn::tensor::Device;
+use burn::tensor::{Device, Tensor, TensorData, Transaction};
 
 use crate::atomic_file::write_atomic;
 use crate::checkpoint;
@@ -78,7 +78,8 @@ pub fn export(
     export_with(model, config, classes, training, dir, &ExportOptions::default())
 }
 
-/// Writes the weight files `options` asks for and `model.json` into `dir`. Returns the paths.
+/// Writes the weight files `options` asks for and `model.json` into `dir` ([`export_files`]).
+/// Returns the paths.
 ///
 /// # Errors
 /// [`Error::Io`] naming the file that could not be written; [`Error::Device`] when a weight
@@ -92,38 +93,95 @@ pub fn export_with(
     options: &ExportOptions,
 ) -> Result<Vec<PathBuf>> {
     std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
-    let meta = ModelMetadata::new(config, classes, model.num_params(), training.clone());
     let mut written = Vec::new();
-    if options.writes(ExportFormat::Bpk) {
-        let bpk = dir.join("model.bpk");
-        write_atomic(&bpk, &checkpoint::model_bytes(model)?)?;
-        written.push(bpk);
-    }
-    if options.writes(ExportFormat::Safetensors) {
-        let st = dir.join("model.safetensors");
-        let mut store = SafetensorsStore::from_bytes(None)
-            .with_to_adapter(BurnToPyTorchAdapter)
-            .metadata("format", "pt")
-            .metadata("vramfit_classes", serde_json::to_string(classes).unwrap_or_default());
-        model.save_into(&mut store).map_err(|e| Error::io(&st, e))?;
-        write_atomic(&st, &store.get_bytes().map_err(|e| Error::io(&st, e))?)?;
-        written.push(st);
-    }
-    if options.writes(ExportFormat::Onnx) {
-        let onnx = dir.join("model.onnx");
-        write_atomic(&onnx, &crate::onnx::to_onnx_bytes(model, &meta, options.onnx_input)?)?;
-        written.push(onnx);
+    for (name, bytes) in export_files(model, config, classes, training, options)? {
+        let path = dir.join(name);
+        write_atomic(&path, &bytes)?;
+        written.push(path);
     }
     // Weight files of an earlier export into this folder would disagree with the new model.json.
-    for stale in ["model.bpk", "model.safetensors", "model.onnx"].map(|f| dir.join(f)) {
+    for stale in WEIGHT_FILES.map(|f| dir.join(f)) {
         if !written.contains(&stale) && stale.exists() {
             std::fs::remove_file(&stale).map_err(|e| Error::io(&stale, e))?;
         }
     }
-    let json = dir.join("model.json");
-    write_atomic(&json, &serde_json::to_vec_pretty(&meta).map_err(|e| Error::io(&json, e))?)?;
-    written.push(json);
     Ok(written)
+}
+
+/// The weight files an export can hold.
+const WEIGHT_FILES: [&str; 3] = ["model.bpk", "model.safetensors", "model.onnx"];
+
+/// The files of an export, `(file name, bytes)`: the weight files `options` asks for, then
+/// `model.json`. What [`export_with`] writes into a folder and the browser page offers as
+/// downloads. The weights are read from `model`'s device synchronously: in a browser, pass a
+/// [`host_copy_async`] of the model.
+///
+/// # Errors
+/// [`Error::Io`] naming the file whose bytes could not be made; [`Error::Device`] when a weight
+/// cannot be read back from the device.
+pub fn export_files(
+    model: &Classifier,
+    config: &Config,
+    classes: &[String],
+    training: &TrainingInfo,
+    options: &ExportOptions,
+) -> Result<Vec<(&'static str, Vec<u8>)>> {
+    let meta = ModelMetadata::new(config, classes, model.num_params(), training.clone());
+    let mut files = Vec::new();
+    if options.writes(ExportFormat::Bpk) {
+        files.push(("model.bpk", checkpoint::model_bytes(model)?));
+    }
+    if options.writes(ExportFormat::Safetensors) {
+        let st = Path::new("model.safetensors");
+        let mut store = SafetensorsStore::from_bytes(None)
+            .with_to_adapter(BurnToPyTorchAdapter)
+            .metadata("format", "pt")
+            .metadata("vramfit_classes", serde_json::to_string(classes).unwrap_or_default());
+        model.save_into(&mut store).map_err(|e| Error::io(st, e))?;
+        files.push(("model.safetensors", store.get_bytes().map_err(|e| Error::io(st, e))?));
+    }
+    if options.writes(ExportFormat::Onnx) {
+        files.push(("model.onnx", crate::onnx::to_onnx_bytes(model, &meta, options.onnx_input)?));
+    }
+    let json = serde_json::to_vec_pretty(&meta).map_err(|e| Error::io("model.json", e))?;
+    files.push(("model.json", json));
+    Ok(files)
+}
+
+/// A copy of `model` on `host` (a CPU device: [`Device::flex`]), its weights read back from the
+/// model's device in one asynchronous transfer. Exporting reads every weight synchronously,
+/// which panics in a browser; the page exports this copy instead. The copy computes what the
+/// model does (same parameters, same ids).
+///
+/// # Errors
+/// [`Error::Device`] when the weights cannot be read back.
+pub async fn host_copy_async(model: &Classifier, host: &Device) -> Result<Classifier> {
+    /// Registers every float parameter, in the module's visiting order, for one transfer.
+    struct Register(Option<Transaction>);
+    impl ModuleVisitor for Register {
+        fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<D>>) {
+            self.0 = self.0.take().map(|t| t.register(param.val()));
+        }
+    }
+    /// Replaces every float parameter, in the same order, with its data on the host.
+    struct Replace<'a> {
+        data: std::vec::IntoIter<TensorData>,
+        host: &'a Device,
+    }
+    impl ModuleMapper for Replace<'_> {
+        fn map_float<const D: usize>(&mut self, param: Param<Tensor<D>>) -> Param<Tensor<D>> {
+            let data = self.data.next().expect("one read per parameter, registered in the same order");
+            param.map(|_| Tensor::from_data(data, self.host))
+        }
+    }
+    let mut register = Register(Some(Transaction::default()));
+    model.visit(&mut register);
+    let transaction = register.0.expect("the visitor keeps its transaction");
+    let data = transaction
+        .execute_async()
+        .await
+        .map_err(|e| Error::Device(format!("reading the weights back from the device: {e:?}")))?;
+    Ok(model.clone().map(&mut Replace { data: data.into_iter(), host }))
 }
 
 /// Exports a run's latest checkpoint (its `config.toml` and `checkpoints/`) into `out`, every
@@ -239,4 +297,41 @@ pub fn load(path: &Path, device: &Device) -> Result<LoadedModel> {
         checkpoint::load_model_bytes(&mut model, bytes, &weights_path)?;
     }
     Ok(LoadedModel { model, metadata, weights_path })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Precision;
+    use crate::device::{DeviceChoice, select};
+    use burn::tensor::Distribution;
+
+    /// The host copy of a model on the adapter (lavapipe in CI; the CPU without one) computes
+    /// the same logits on the CPU, and its export is byte for byte the original's.
+    #[test]
+    fn a_host_copy_computes_and_exports_what_the_model_does() {
+        let config = crate::presets::load_config("quickstart").expect("the bundled preset parses");
+        let source = select(DeviceChoice::Gpu(None)).expect("a device").device;
+        let host = Device::flex();
+        let model = Classifier::new(&config.model, 10, &source);
+        let copy = pollster::block_on(host_copy_async(&model, &host)).expect("the weights read back");
+        assert_eq!(copy.num_params(), model.num_params());
+        let px = config.image_size_px();
+        let images = Tensor::<4>::random([2, 3, px, px], Distribution::Normal(0.0, 1.0), &host);
+        let on_host = copy.forward(images.clone(), Precision::F32).into_data().to_vec::<f32>().expect("f32 logits");
+        let on_source =
+            model.forward(images.to_device(&source), Precision::F32).into_data().to_vec::<f32>().expect("f32 logits");
+        assert_eq!(on_host.len(), 20);
+        for (a, b) in on_host.iter().zip(&on_source) {
+            assert!((a - b).abs() <= 1e-4 * (1.0 + b.abs()), "host {a} vs device {b}");
+        }
+        let classes: Vec<String> = (0..10).map(|i| format!("class {i}")).collect();
+        let files = |m: &Classifier| export_files(m, &config, &classes, &TrainingInfo::default(), &Default::default());
+        let (original, copied) = (files(&model).expect("export"), files(&copy).expect("export of the copy"));
+        let names: Vec<&str> = copied.iter().map(|(n, _)| *n).collect();
+        assert_eq!(names, ["model.bpk", "model.safetensors", "model.onnx", "model.json"]);
+        for ((name, a), (_, b)) in original.iter().zip(&copied) {
+            assert!(a == b, "{name} differs between the model and its host copy");
+        }
+    }
 }

@@ -12,10 +12,11 @@ use std::sync::Arc;
 use burn::tensor::Device;
 use wasm_bindgen::prelude::*;
 
-use crate::config::Precision;
+use crate::config::{Config, Precision};
 use crate::dataset::{self, Dataset};
 use crate::eval::{self, EvalResult};
 use crate::events::Event;
+use crate::export::{self, TrainingInfo};
 use crate::loader::{self, Pass, SamplePipeline};
 use crate::trainer::Trainer;
 
@@ -79,13 +80,16 @@ fn bundled(images: &[u8], labels: &[u8], name: &str) -> crate::Result<Dataset> {
 
 /// Trains quickstart for `steps` optimizer steps (f32: browsers' WebGPU may lack f16) on the
 /// page's WebGPU adapter, calling `on_step(step, loss, bytes_in_use, bytes_reserved)` after each,
-/// then evaluates on the bundled test images. Resolves to a JSON string
-/// `{"adapter", "losses": [..], "top1", "eval_images"}`.
+/// then evaluates on the bundled test images and exports the weights. Resolves to an object
+/// `{ result, files }`: `result` a JSON string `{"adapter", "losses": [..], "top1",
+/// "eval_images"}`, `files` the export's files by name (`model.bpk`, `model.safetensors`,
+/// `model.onnx`, `model.json`) as `Uint8Array`s, what native `vramfit export` writes.
 ///
 /// # Errors
-/// Rejects with a message when WebGPU cannot start, the data does not parse or a step fails.
+/// Rejects with a message when WebGPU cannot start, the data does not parse, a step fails or
+/// the weights cannot be read back.
 #[wasm_bindgen]
-pub async fn train_quickstart(steps: u32, on_step: js_sys::Function) -> Result<String, JsValue> {
+pub async fn train_quickstart(steps: u32, on_step: js_sys::Function) -> Result<js_sys::Object, JsValue> {
     log_panics();
     let device = Device::wgpu_options().init_async().await.map_err(|e| js_error(format!("WebGPU: {e:?}")))?;
     let mut config = crate::presets::load_config("quickstart").map_err(js_error)?;
@@ -135,13 +139,38 @@ pub async fn train_quickstart(steps: u32, on_step: js_sys::Function) -> Result<S
         );
     }
     let result = evaluate(&trainer, test, &config, &device).await.map_err(js_error)?;
-    Ok(serde_json::json!({
+    let training = TrainingInfo {
+        epochs: epoch as usize,
+        steps: trainer.state.global_step,
+        val_accuracy: Some(result.top1),
+        device: format!("{device:?}"),
+    };
+    let files = export_files(&trainer, &config, &training).await.map_err(js_error)?;
+    let json = serde_json::json!({
         "adapter": format!("{device:?}"),
         "losses": losses,
         "top1": result.top1,
         "eval_images": result.samples,
-    })
-    .to_string())
+    });
+    let out = js_sys::Object::new();
+    js_sys::Reflect::set(&out, &"result".into(), &json.to_string().into())?;
+    js_sys::Reflect::set(&out, &"files".into(), &files)?;
+    Ok(out)
+}
+
+/// The trained weights as an export's files (`{ name: Uint8Array }`), made from a copy of the
+/// model on the CPU: the weights are read back in one awaited transfer
+/// ([`export::host_copy_async`]), then serialized as native export does.
+async fn export_files(trainer: &Trainer, config: &Config, training: &TrainingInfo) -> crate::Result<js_sys::Object> {
+    use burn::module::Module;
+    let host = export::host_copy_async(&trainer.model().valid(), &Device::flex()).await?;
+    let classes = &trainer.state.class_names;
+    let files = js_sys::Object::new();
+    for (name, bytes) in export::export_files(&host, config, classes, training, &Default::default())? {
+        let array = js_sys::Uint8Array::from(bytes.as_slice());
+        js_sys::Reflect::set(&files, &name.into(), &array).map_err(|e| crate::Error::Device(format!("{e:?}")))?;
+    }
+    Ok(files)
 }
 
 fn step_error(e: crate::trainer::StepError) -> String {

@@ -2,10 +2,14 @@
 // Chromium with WebGPU (SwiftShader here), trains quickstart a few steps and checks that the
 // loss falls, memory readings arrive, the evaluation ran, and no console error or panic
 // appeared. Needs Debian's chromium (or CHROMIUM=path) and `npm install --prefix web playwright-core`.
+// With WEB_TEST_EXPORT_DIR set, the page's exported files are written there and, when the native
+// binary is built (VRAMFIT_BIN, default target/release/vramfit), `vramfit eval` on them must give
+// the browser's top-1.
 // Usage: node web/test.mjs [steps] [screenshot.png]; WEB_TEST_TIMEOUT_S bounds the wait (1200).
 import { chromium } from "playwright-core";
 import { createServer } from "node:http";
-import { readFile } from "node:fs/promises";
+import { readFile, writeFile, mkdir, access } from "node:fs/promises";
+import { execFileSync } from "node:child_process";
 import { extname, join, dirname } from "node:path";
 import { fileURLToPath } from "node:url";
 
@@ -51,7 +55,21 @@ try {
   await browser.close();
   process.exit(1);
 }
-const state = await page.evaluate(() => window.vramfit);
+const state = await page.evaluate(() => ({ ...window.vramfit, files: Object.keys(window.vramfit.files || {}) }));
+const exportDir = process.env.WEB_TEST_EXPORT_DIR;
+if (exportDir && state.files.length) {
+  await mkdir(exportDir, { recursive: true });
+  for (const name of state.files) {
+    // Base64 through the page: a Uint8Array does not cross page.evaluate as bytes.
+    const b64 = await page.evaluate((n) => {
+      const bytes = window.vramfit.files[n];
+      let s = "";
+      for (let i = 0; i < bytes.length; i += 0x8000) s += String.fromCharCode(...bytes.subarray(i, i + 0x8000));
+      return btoa(s);
+    }, name);
+    await writeFile(join(exportDir, name), Buffer.from(b64, "base64"));
+  }
+}
 if (screenshot) await page.screenshot({ path: screenshot, fullPage: true });
 await browser.close();
 server.close();
@@ -66,6 +84,28 @@ const first = mean(losses.slice(0, k)), last = mean(losses.slice(-k));
 if (!(last < first)) failures.push(`loss did not fall: first ${k} steps ${first}, last ${k} ${last}`);
 if (!state.steps.every((s) => s.reserved > 0 && s.inUse > 0)) failures.push("a step reported no device memory");
 if (!state.result || !(state.result.eval_images > 0)) failures.push("no evaluation result");
+for (const name of ["model.bpk", "model.safetensors", "model.onnx", "model.json"]) {
+  if (!state.files.includes(name)) failures.push(`the export has no ${name} (it has: ${state.files.join(", ")})`);
+}
+if (exportDir && state.result) {
+  const bin = process.env.VRAMFIT_BIN || join(root, "..", "target", "release", "vramfit");
+  try {
+    await access(bin);
+    // The same weights natively (the bundled data's test split, CPU): the browser's top-1.
+    for (const weights of ["model.bpk", "model.safetensors"]) {
+      const out = execFileSync(bin, ["eval", "--model", join(exportDir, weights), "--device", "cpu", "--csv", join(exportDir, "confusion.csv")], { encoding: "utf8" });
+      console.log(`[native eval ${weights}] ${out.trim().split("\n")[0]}`);
+      const top1 = Number(/top-1 ([0-9.]+)%/.exec(out)?.[1]);
+      const browser = 100 * state.result.top1;
+      // The CPU and the browser's GPU may round one borderline image differently: one image's worth.
+      const oneImage = 100 / state.result.eval_images;
+      if (!(Math.abs(top1 - browser) <= oneImage + 0.005)) failures.push(`native eval of ${weights}: top-1 ${top1}%, the browser's ${browser.toFixed(2)}%`);
+    }
+  } catch (e) {
+    if (e.code === "ENOENT") console.log(`no native binary at ${bin}: the native comparison is skipped`);
+    else failures.push(`native eval failed: ${e.message}`);
+  }
+}
 console.log(JSON.stringify({ seconds, first_loss: first, last_loss: last, result: state.result }));
 if (failures.length) {
   console.error(failures.join("\n"));
