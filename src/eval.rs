@@ -83,13 +83,30 @@ pub struct EvalSettings<'a> {
     pub buffer_limit: Option<u64>,
 }
 
+/// Evaluates `model` (a validation snapshot, no autodiff) on `dataset`, blocking on
+/// [`evaluate_async`] (native code; a browser awaits that instead).
+///
+/// # Errors
+/// As [`evaluate_async`].
+pub fn evaluate(
+    model: &Classifier,
+    dataset: Arc<Dataset>,
+    pipeline: Arc<SamplePipeline>,
+    device: &Device,
+    settings: &EvalSettings<'_>,
+) -> Result<EvalResult> {
+    pollster::block_on(evaluate_async(model, dataset, pipeline, device, settings))
+}
+
 /// Evaluates `model` (a validation snapshot, no autodiff) on `dataset`. Every batch is checked
-/// against the device's buffer limit before it is uploaded and split into chunks that fit.
+/// against the device's buffer limit before it is uploaded and split into chunks that fit; each
+/// chunk's results are read back in one awaited transfer ([`batch_log_probs`]). Where no thread
+/// can be started (a browser) the batches are decoded on the awaiting thread.
 ///
 /// # Errors
 /// [`Error::Memory`] when one image alone is larger than the device's buffer limit (naming the
 /// limit and the fix), [`Error::Device`] when the device fails to return results.
-pub fn evaluate(
+pub async fn evaluate_async(
     model: &Classifier,
     dataset: Arc<Dataset>,
     pipeline: Arc<SamplePipeline>,
@@ -136,7 +153,7 @@ pub fn evaluate(
         }
         for chunk in batch.split(batch.len().div_ceil(fit)) {
             let labels = chunk.labels.clone();
-            let log_probs = pollster::block_on(batch_log_probs(model, chunk, device, precision))?;
+            let log_probs = batch_log_probs(model, chunk, device, precision).await?;
             count_batch(&log_probs, &labels, &mut result, &mut loss_sum, &mut top5_hits);
         }
     }
@@ -155,8 +172,7 @@ pub(crate) fn finish(result: &mut EvalResult, loss_sum: f64, top5_hits: usize) {
 }
 
 /// The log-probabilities `[B * C]` (row-major, `C` classes) of one batch, read from the device
-/// in one awaited transfer (in a browser the page runs meanwhile; natively [`evaluate`] blocks
-/// on it).
+/// in one awaited transfer (in a browser the page runs meanwhile).
 ///
 /// # Errors
 /// [`Error::Device`] when the device fails to return them.

@@ -14,7 +14,7 @@ use wasm_bindgen::prelude::*;
 
 use crate::config::{Config, Precision};
 use crate::dataset::{self, Dataset};
-use crate::eval::{self, EvalResult};
+use crate::eval;
 use crate::events::Event;
 use crate::export::{self, TrainingInfo};
 use crate::loader::{self, Pass, SamplePipeline};
@@ -138,7 +138,19 @@ pub async fn train_quickstart(steps: u32, on_step: js_sys::Function) -> Result<j
             &JsValue::from(reserved as f64),
         );
     }
-    let result = evaluate(&trainer, test, &config, &device).await.map_err(js_error)?;
+    let settings = eval::EvalSettings {
+        model: &config.model,
+        batch_size: config.train.batch_size,
+        precision: Precision::F32,
+        workers: 0,
+        buffer_limit: None,
+    };
+    let eval_pipe = Arc::new(SamplePipeline::from_config(&config, false));
+    let valid = {
+        use burn::module::Module;
+        trainer.model().valid()
+    };
+    let result = eval::evaluate_async(&valid, test, eval_pipe, &device, &settings).await.map_err(js_error)?;
     let training = TrainingInfo {
         epochs: epoch as usize,
         steps: trainer.state.global_step,
@@ -178,34 +190,4 @@ fn step_error(e: crate::trainer::StepError) -> String {
         crate::trainer::StepError::Device(m) => format!("device: {m}"),
         crate::trainer::StepError::Fatal(e) => e.to_string(),
     }
-}
-
-async fn evaluate(
-    trainer: &Trainer,
-    data: Arc<Dataset>,
-    config: &crate::config::Config,
-    device: &Device,
-) -> crate::Result<EvalResult> {
-    use burn::module::Module;
-    let model = trainer.model().valid();
-    let classes = data.class_names.len();
-    let mut result = EvalResult {
-        class_names: data.class_names.clone(),
-        confusion: vec![vec![0; classes]; classes],
-        ..Default::default()
-    };
-    let (mut loss_sum, mut top5_hits) = (0f64, 0usize);
-    let pipeline = Arc::new(SamplePipeline::from_config(config, false));
-    let pass = Pass::in_order(data.samples.len(), config.train.batch_size, 0);
-    for batch in loader::batches_on_this_thread(data, pipeline, pass) {
-        result.skipped.extend(batch.skipped.iter().cloned());
-        if batch.is_empty() {
-            continue;
-        }
-        let labels = batch.labels.clone();
-        let log_probs = eval::batch_log_probs(&model, batch, device, Precision::F32).await?;
-        eval::count_batch(&log_probs, &labels, &mut result, &mut loss_sum, &mut top5_hits);
-    }
-    eval::finish(&mut result, loss_sum, top5_hits);
-    Ok(result)
 }
