@@ -4,6 +4,7 @@
 # the version in Cargo.lock (`cargo install wasm-bindgen-cli --version <it>`); this script
 # checks the version and says which to install. Serve web/ with any static server, e.g.
 # `python3 -m http.server -d web 8080`, and open http://localhost:8080/ in a browser with WebGPU.
+# WEB_BUILD_LINT=1 (.ci/run) lints the wasm-only code with clippy and fails on any warning.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 want=$(awk '/^name = "wasm-bindgen"$/ { getline; gsub(/[^0-9.]/, ""); print; exit }' Cargo.lock)
@@ -11,6 +12,10 @@ have=$(wasm-bindgen --version 2>/dev/null | awk '{ print $2 }' || true)
 if [ "$have" != "$want" ]; then
   echo "web/build.sh: wasm-bindgen-cli $want is needed (found: ${have:-none}); run: cargo install wasm-bindgen-cli --version $want" >&2
   exit 1
+fi
+if [ "${WEB_BUILD_LINT:-}" = 1 ]; then
+  # As .ci/run lints the native build: clippy-driver on vramfit's code, any warning fails.
+  export RUSTC_WORKSPACE_WRAPPER="$(rustc --print sysroot)/bin/clippy-driver" RUSTFLAGS="-D warnings"
 fi
 cargo rustc --release --lib --target wasm32-unknown-unknown --crate-type cdylib
 wasm-bindgen --target web --no-typescript --out-dir web/pkg target/wasm32-unknown-unknown/release/vramfit.wasm

@@ -5,7 +5,7 @@
 // With WEB_TEST_EXPORT_DIR set, the page's exported files are written there and, when the native
 // binary is built (VRAMFIT_BIN, default target/release/vramfit), `vramfit eval` on them must give
 // the browser's top-1.
-// Usage: node web/test.mjs [steps] [screenshot.png]; WEB_TEST_TIMEOUT_S bounds the wait (1200).
+// Usage: node web/test.mjs [steps] [screenshot.png, taken mid-training]; WEB_TEST_TIMEOUT_S bounds the wait (1200).
 import { chromium } from "playwright-core";
 import { createServer } from "node:http";
 import { readFile, writeFile, mkdir, access } from "node:fs/promises";
@@ -47,7 +47,15 @@ const started = Date.now();
 await page.goto(url);
 try {
   const errored = new Promise((_, fail) => page.on("pageerror", (e) => fail(new Error(`page error: ${e.message}`))));
-  const done = page.waitForFunction(() => window.vramfit && window.vramfit.done, null, { timeout: Number(process.env.WEB_TEST_TIMEOUT_S || 1200) * 1000, polling: 1000 });
+  const timeout = Number(process.env.WEB_TEST_TIMEOUT_S || 1200) * 1000;
+  if (screenshot) {
+    // Mid-training: half the steps done (or the run over, if it failed before that).
+    const half = Math.ceil(steps / 2);
+    const midway = page.waitForFunction((n) => window.vramfit && (window.vramfit.steps.length >= n || window.vramfit.done), half, { timeout, polling: 200 });
+    await Promise.race([midway, errored]);
+    await page.screenshot({ path: screenshot });
+  }
+  const done = page.waitForFunction(() => window.vramfit && window.vramfit.done, null, { timeout, polling: 1000 });
   await Promise.race([done, errored]);
 } catch (e) {
   console.error(`the page did not finish: ${e.message}; it shows: ${await page.evaluate(() => document.getElementById("status").textContent)}`);
@@ -70,7 +78,6 @@ if (exportDir && state.files.length) {
     await writeFile(join(exportDir, name), Buffer.from(b64, "base64"));
   }
 }
-if (screenshot) await page.screenshot({ path: screenshot, fullPage: true });
 await browser.close();
 server.close();
 
