@@ -94,7 +94,11 @@ pub fn export_with(
 ) -> Result<Vec<PathBuf>> {
     std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
     let mut written = Vec::new();
-    for (name, bytes) in export_files(model, config, classes, training, options)? {
+    let files = export_files(model, config, classes, training, options).map_err(|e| match e {
+        Error::Io { path, message } => Error::Io { path: dir.join(path), message },
+        other => other,
+    })?;
+    for (name, bytes) in files {
         let path = dir.join(name);
         write_atomic(&path, &bytes)?;
         written.push(path);
@@ -117,8 +121,8 @@ const WEIGHT_FILES: [&str; 3] = ["model.bpk", "model.safetensors", "model.onnx"]
 /// [`host_copy_async`] of the model.
 ///
 /// # Errors
-/// [`Error::Io`] naming the file whose bytes could not be made; [`Error::Device`] when a weight
-/// cannot be read back from the device.
+/// [`Error::Io`] naming the file (by its bare name) whose bytes could not be made;
+/// [`Error::Device`] when a weight cannot be read back from the device.
 pub fn export_files(
     model: &Classifier,
     config: &Config,
@@ -151,10 +155,13 @@ pub fn export_files(
 /// A copy of `model` on `host` (a CPU device: [`Device::flex`]), its weights read back from the
 /// model's device in one asynchronous transfer. Exporting reads every weight synchronously,
 /// which panics in a browser; the page exports this copy instead. The copy computes what the
-/// model does (same parameters, same ids).
+/// model does (same parameters, same ids). The classifier's parameters are all float tensors
+/// (convolutions, GroupNorm, the linear head; no running statistics), kept in f32 (the
+/// training's master weights), which is the dtype the host creates them in.
 ///
 /// # Errors
-/// [`Error::Device`] when the weights cannot be read back.
+/// [`Error::Device`] when the weights cannot be read back, or their count does not match the
+/// model's parameters.
 pub async fn host_copy_async(model: &Classifier, host: &Device) -> Result<Classifier> {
     /// Registers every float parameter, in the module's visiting order, for one transfer.
     struct Register(Option<Transaction>);
@@ -163,15 +170,22 @@ pub async fn host_copy_async(model: &Classifier, host: &Device) -> Result<Classi
             self.0 = self.0.take().map(|t| t.register(param.val()));
         }
     }
-    /// Replaces every float parameter, in the same order, with its data on the host.
+    /// Replaces every float parameter, in the same order, with its data on the host; notes a
+    /// parameter left without data.
     struct Replace<'a> {
         data: std::vec::IntoIter<TensorData>,
         host: &'a Device,
+        missing: bool,
     }
     impl ModuleMapper for Replace<'_> {
         fn map_float<const D: usize>(&mut self, param: Param<Tensor<D>>) -> Param<Tensor<D>> {
-            let data = self.data.next().expect("one read per parameter, registered in the same order");
-            param.map(|_| Tensor::from_data(data, self.host))
+            match self.data.next() {
+                Some(data) => param.map(|_| Tensor::from_data(data, self.host)),
+                None => {
+                    self.missing = true;
+                    param
+                }
+            }
         }
     }
     let mut register = Register(Some(Transaction::default()));
@@ -181,7 +195,15 @@ pub async fn host_copy_async(model: &Classifier, host: &Device) -> Result<Classi
         .execute_async()
         .await
         .map_err(|e| Error::Device(format!("reading the weights back from the device: {e:?}")))?;
-    Ok(model.clone().map(&mut Replace { data: data.into_iter(), host }))
+    let read = data.len();
+    let mut replace = Replace { data: data.into_iter(), host, missing: false };
+    let copy = model.clone().map(&mut replace);
+    if replace.missing || replace.data.next().is_some() {
+        return Err(Error::Device(format!(
+            "read {read} weight tensors back, which do not match the model's parameters"
+        )));
+    }
+    Ok(copy)
 }
 
 /// Exports a run's latest checkpoint (its `config.toml` and `checkpoints/`) into `out`, every
@@ -311,7 +333,10 @@ mod tests {
     #[test]
     fn a_host_copy_computes_and_exports_what_the_model_does() {
         let config = crate::presets::load_config("quickstart").expect("the bundled preset parses");
-        let source = select(DeviceChoice::Gpu(None)).expect("a device").device;
+        let selected = select(DeviceChoice::Gpu(None)).expect("a device");
+        // Without an adapter the copy goes CPU to CPU; CI (VRAMFIT_REQUIRE_GPU) has lavapipe.
+        assert!(selected.is_gpu() || std::env::var_os("VRAMFIT_REQUIRE_GPU").is_none(), "no wgpu adapter");
+        let source = selected.device;
         let host = Device::flex();
         let model = Classifier::new(&config.model, 10, &source);
         let copy = pollster::block_on(host_copy_async(&model, &host)).expect("the weights read back");

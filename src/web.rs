@@ -1,10 +1,11 @@
 //! The browser entry point (wasm32 only; issue "vramfit in the browser"): trains the quickstart
-//! preset on the bundled Fashion-MNIST subset on the page's WebGPU adapter and evaluates it,
-//! through the same [`Trainer::step_async`] and [`eval::batch_log_probs`] the native engine
-//! blocks on. Here they are awaited, so the page keeps running while the device works.
+//! preset on the bundled Fashion-MNIST subset on the page's WebGPU adapter, evaluates it and
+//! exports it, through the same [`Trainer::step_async`], [`eval::evaluate_async`] and
+//! [`export::export_files`] the native engine uses. Here the device reads are awaited, so the
+//! page keeps running while the device works.
 //!
 //! This is the first slice of the web build: a function the page calls (`web/index.html`),
-//! not yet the egui app.
+//! not yet the egui app nor the engine session (no run folder: the export is the result).
 
 use std::path::Path;
 use std::sync::Arc;
@@ -152,7 +153,8 @@ pub async fn train_quickstart(steps: u32, on_step: js_sys::Function) -> Result<j
     };
     let result = eval::evaluate_async(&valid, test, eval_pipe, &device, &settings).await.map_err(js_error)?;
     let training = TrainingInfo {
-        epochs: epoch as usize,
+        // Completed epochs: a pass cut short by the step count does not count.
+        epochs: trainer.state.global_step / steps_per_epoch.max(1),
         steps: trainer.state.global_step,
         val_accuracy: Some(result.top1),
         device: format!("{device:?}"),

@@ -14,8 +14,8 @@ if [ "$have" != "$want" ]; then
   exit 1
 fi
 if [ "${WEB_BUILD_LINT:-}" = 1 ]; then
-  # As .ci/run lints the native build: clippy-driver on vramfit's code, any warning fails.
-  export RUSTC_WORKSPACE_WRAPPER="$(rustc --print sysroot)/bin/clippy-driver" RUSTFLAGS="-D warnings"
+  # As .ci/run lints the native build: clippy on vramfit's code, any warning fails.
+  export RUSTC_WORKSPACE_WRAPPER="$PWD/.ci/clippy-rustc"
 fi
 cargo rustc --release --lib --target wasm32-unknown-unknown --crate-type cdylib
 wasm-bindgen --target web --no-typescript --out-dir web/pkg target/wasm32-unknown-unknown/release/vramfit.wasm

@@ -4,7 +4,8 @@
 // appeared. Needs Debian's chromium (or CHROMIUM=path) and `npm install --prefix web playwright-core`.
 // With WEB_TEST_EXPORT_DIR set, the page's exported files are written there and, when the native
 // binary is built (VRAMFIT_BIN, default target/release/vramfit), `vramfit eval` on them must give
-// the browser's top-1.
+// the browser's image count and top-1; WEB_TEST_REQUIRE_NATIVE=1 (.ci/run) makes a missing
+// binary a failure instead of a skipped comparison.
 // Usage: node web/test.mjs [steps] [screenshot.png, taken mid-training]; WEB_TEST_TIMEOUT_S bounds the wait (1200).
 import { chromium } from "playwright-core";
 import { createServer } from "node:http";
@@ -47,15 +48,18 @@ const started = Date.now();
 await page.goto(url);
 try {
   const errored = new Promise((_, fail) => page.on("pageerror", (e) => fail(new Error(`page error: ${e.message}`))));
-  const timeout = Number(process.env.WEB_TEST_TIMEOUT_S || 1200) * 1000;
+  errored.catch(() => {}); // a page error after the waits is in `failures` (the listener above)
+  // One deadline for the whole run, the screenshot's wait included.
+  const deadline = Date.now() + Number(process.env.WEB_TEST_TIMEOUT_S || 1200) * 1000;
+  const left = () => Math.max(1, deadline - Date.now());
   if (screenshot) {
     // Mid-training: half the steps done (or the run over, if it failed before that).
     const half = Math.ceil(steps / 2);
-    const midway = page.waitForFunction((n) => window.vramfit && (window.vramfit.steps.length >= n || window.vramfit.done), half, { timeout, polling: 200 });
+    const midway = page.waitForFunction((n) => window.vramfit && (window.vramfit.steps.length >= n || window.vramfit.done), half, { timeout: left(), polling: 200 });
     await Promise.race([midway, errored]);
     await page.screenshot({ path: screenshot });
   }
-  const done = page.waitForFunction(() => window.vramfit && window.vramfit.done, null, { timeout, polling: 1000 });
+  const done = page.waitForFunction(() => window.vramfit && window.vramfit.done, null, { timeout: left(), polling: 1000 });
   await Promise.race([done, errored]);
 } catch (e) {
   console.error(`the page did not finish: ${e.message}; it shows: ${await page.evaluate(() => document.getElementById("status").textContent)}`);
@@ -96,21 +100,24 @@ for (const name of ["model.bpk", "model.safetensors", "model.onnx", "model.json"
 }
 if (exportDir && state.result) {
   const bin = process.env.VRAMFIT_BIN || join(root, "..", "target", "release", "vramfit");
-  try {
-    await access(bin);
-    // The same weights natively (the bundled data's test split, CPU): the browser's top-1.
-    for (const weights of ["model.bpk", "model.safetensors"]) {
+  const haveBin = await access(bin).then(() => true, () => false);
+  if (!haveBin && process.env.WEB_TEST_REQUIRE_NATIVE) failures.push(`no native binary at ${bin} (WEB_TEST_REQUIRE_NATIVE is set)`);
+  else if (!haveBin) console.log(`no native binary at ${bin}: the native comparison is skipped`);
+  // The same weights natively (the bundled data's test split, CPU): the browser's images and top-1.
+  for (const weights of haveBin ? ["model.bpk", "model.safetensors"] : []) {
+    try {
       const out = execFileSync(bin, ["eval", "--model", join(exportDir, weights), "--device", "cpu", "--csv", join(exportDir, "confusion.csv")], { encoding: "utf8" });
       console.log(`[native eval ${weights}] ${out.trim().split("\n")[0]}`);
-      const top1 = Number(/top-1 ([0-9.]+)%/.exec(out)?.[1]);
+      const [, images, top1] = /^(\d+) images on .*top-1 ([0-9.]+)%/m.exec(out) || [];
       const browser = 100 * state.result.top1;
-      // The CPU and the browser's GPU may round one borderline image differently: one image's worth.
+      // The CPU and the browser's GPU may round one borderline image differently: one image's
+      // worth, plus the 2-decimal rounding of the native output.
       const oneImage = 100 / state.result.eval_images;
-      if (!(Math.abs(top1 - browser) <= oneImage + 0.005)) failures.push(`native eval of ${weights}: top-1 ${top1}%, the browser's ${browser.toFixed(2)}%`);
+      if (Number(images) !== state.result.eval_images) failures.push(`native eval of ${weights}: ${images} images, the browser's ${state.result.eval_images}`);
+      if (!(Math.abs(Number(top1) - browser) <= oneImage + 0.005)) failures.push(`native eval of ${weights}: top-1 ${top1}%, the browser's ${browser.toFixed(2)}%`);
+    } catch (e) {
+      failures.push(`native eval of ${weights} failed: ${e.message}`);
     }
-  } catch (e) {
-    if (e.code === "ENOENT") console.log(`no native binary at ${bin}: the native comparison is skipped`);
-    else failures.push(`native eval failed: ${e.message}`);
   }
 }
 console.log(JSON.stringify({ seconds, first_loss: first, last_loss: last, result: state.result }));
