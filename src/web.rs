@@ -10,6 +10,7 @@
 use std::path::Path;
 use std::sync::Arc;
 
+use burn::module::Module;
 use burn::tensor::Device;
 use wasm_bindgen::prelude::*;
 
@@ -19,6 +20,7 @@ use crate::eval;
 use crate::events::Event;
 use crate::export::{self, TrainingInfo};
 use crate::loader::{self, Pass, SamplePipeline};
+use crate::model::Classifier;
 use crate::trainer::Trainer;
 
 const TRAIN_IMAGES: &[u8] = include_bytes!("../assets/fashion-mnist-subset/train-images-idx3-ubyte.gz");
@@ -147,10 +149,7 @@ pub async fn train_quickstart(steps: u32, on_step: js_sys::Function) -> Result<j
         buffer_limit: None,
     };
     let eval_pipe = Arc::new(SamplePipeline::from_config(&config, false));
-    let valid = {
-        use burn::module::Module;
-        trainer.model().valid()
-    };
+    let valid = trainer.model().valid();
     let result = eval::evaluate_async(&valid, test, eval_pipe, &device, &settings).await.map_err(js_error)?;
     let training = TrainingInfo {
         // Completed epochs: a pass cut short by the step count does not count.
@@ -159,7 +158,7 @@ pub async fn train_quickstart(steps: u32, on_step: js_sys::Function) -> Result<j
         val_accuracy: Some(result.top1),
         device: format!("{device:?}"),
     };
-    let files = export_files(&trainer, &config, &training).await.map_err(js_error)?;
+    let files = export_files(&valid, &config, &trainer.state.class_names, &training).await?;
     let json = serde_json::json!({
         "adapter": format!("{device:?}"),
         "losses": losses,
@@ -172,17 +171,21 @@ pub async fn train_quickstart(steps: u32, on_step: js_sys::Function) -> Result<j
     Ok(out)
 }
 
-/// The trained weights as an export's files (`{ name: Uint8Array }`), made from a copy of the
-/// model on the CPU: the weights are read back in one awaited transfer
-/// ([`export::host_copy_async`]), then serialized as native export does.
-async fn export_files(trainer: &Trainer, config: &Config, training: &TrainingInfo) -> crate::Result<js_sys::Object> {
-    use burn::module::Module;
-    let host = export::host_copy_async(&trainer.model().valid(), &Device::flex()).await?;
-    let classes = &trainer.state.class_names;
+/// `model`'s export files (`{ name: Uint8Array }`), made from a copy of it on the CPU: the
+/// weights are read back in one awaited transfer ([`export::host_copy_async`]), then serialized
+/// as native export does.
+async fn export_files(
+    model: &Classifier,
+    config: &Config,
+    classes: &[String],
+    training: &TrainingInfo,
+) -> Result<js_sys::Object, JsValue> {
+    let host = export::host_copy_async(model, &Device::flex()).await.map_err(js_error)?;
     let files = js_sys::Object::new();
-    for (name, bytes) in export::export_files(&host, config, classes, training, &Default::default())? {
-        let array = js_sys::Uint8Array::from(bytes.as_slice());
-        js_sys::Reflect::set(&files, &name.into(), &array).map_err(|e| crate::Error::Device(format!("{e:?}")))?;
+    for (name, bytes) in
+        export::export_files(&host, config, classes, training, &Default::default()).map_err(js_error)?
+    {
+        js_sys::Reflect::set(&files, &name.into(), &js_sys::Uint8Array::from(bytes.as_slice()))?;
     }
     Ok(files)
 }
