@@ -47,10 +47,16 @@ pub struct Predictor {
 impl Predictor {
     /// Wraps loaded weights (already on `device`).
     pub fn new(loaded: LoadedModel, device: Device) -> Self {
-        let pipeline = SamplePipeline::from_config(&loaded.metadata.inference_config(), false);
+        Self::from_model(loaded.model, loaded.metadata, device)
+    }
+
+    /// Wraps a model already on `device` (e.g. the one just trained, in a browser where there is
+    /// no export folder to load) with the metadata that says how to preprocess its inputs.
+    pub fn from_model(model: Classifier, metadata: ModelMetadata, device: Device) -> Self {
+        let pipeline = SamplePipeline::from_config(&metadata.inference_config(), false);
         Self {
-            model: loaded.model,
-            metadata: loaded.metadata,
+            model,
+            metadata,
             device,
             pipeline,
             buffer_limit: None,
@@ -95,14 +101,24 @@ impl Predictor {
         Ok(Tensor::<4>::from_data(TensorData::new(chw, [1, 3, h, w]), &self.device))
     }
 
-    /// Softmax probabilities for a batch of decoded images of one shape, `[B][classes]`.
+    /// Softmax probabilities for a batch of decoded images of one shape, `[B][classes]`, blocking
+    /// on [`Self::probabilities_async`] (native code; a browser awaits that instead).
+    ///
+    /// # Errors
+    /// As [`Self::probabilities_async`].
+    pub fn probabilities(&self, images: &[RgbImage]) -> Result<Vec<Vec<f32>>> {
+        pollster::block_on(self.probabilities_async(images))
+    }
+
+    /// Softmax probabilities for a batch of decoded images of one shape, `[B][classes]`, each
+    /// chunk read back from the device in one awaited transfer.
     ///
     /// Each chunk uploaded is checked against the device's buffer limit first: the batch is split
     /// to fit, and images that do not fit alone run on the CPU (default backend) with a notice.
     ///
     /// # Errors
     /// [`Error::Preprocess`] for an unusable image, [`Error::Device`] when the device fails.
-    pub fn probabilities(&self, images: &[RgbImage]) -> Result<Vec<Vec<f32>>> {
+    pub async fn probabilities_async(&self, images: &[RgbImage]) -> Result<Vec<Vec<f32>>> {
         let mut rng = rand::rngs::SmallRng::seed_from_u64(0);
         let inputs = images.iter().map(|i| self.pipeline.tensor_from_image(i, &mut rng)).collect::<Result<Vec<_>>>()?;
         let Some(&(_, h, w)) = inputs.first() else { return Ok(vec![]) };
@@ -119,11 +135,11 @@ impl Predictor {
                 let cpu = crate::device::SelectedDevice::cpu_fallback().device;
                 (burn::module::Module::to_device(self.model.clone(), &cpu), cpu)
             });
-            return forward_probabilities(model, device, &inputs, classes);
+            return forward_probabilities(model, device, &inputs, classes).await;
         }
         let mut out = Vec::with_capacity(inputs.len());
         for chunk in inputs.chunks(fit) {
-            out.extend(forward_probabilities(&self.model, &self.device, chunk, classes)?);
+            out.extend(forward_probabilities(&self.model, &self.device, chunk, classes).await?);
         }
         Ok(out)
     }
@@ -156,10 +172,21 @@ impl Predictor {
     pub fn load_image(&self, path: &Path) -> Result<RgbImage> {
         image_io::load_image_scaled(path, &self.pipeline.load, self.pipeline.decode_min_side())
     }
+
+    /// Decodes an image file's bytes (a file dropped on a page, which has no path) with the
+    /// same rules as [`Self::load_image`].
+    ///
+    /// # Errors
+    /// [`Error::Image`] naming `name`.
+    pub fn decode_image(&self, bytes: &[u8], name: &Path) -> Result<RgbImage> {
+        image_io::decode_image_scaled(bytes, &self.pipeline.load, self.pipeline.decode_min_side())
+            .map_err(|fault| Error::Image { path: name.into(), fault })
+    }
 }
 
-/// Softmax probabilities of `model` on `device` for preprocessed CHW images of one shape.
-fn forward_probabilities(
+/// Softmax probabilities of `model` on `device` for preprocessed CHW images of one shape, read
+/// back in one awaited transfer.
+async fn forward_probabilities(
     model: &Classifier,
     device: &Device,
     inputs: &[(Vec<f32>, usize, usize)],
@@ -169,7 +196,7 @@ fn forward_probabilities(
     let flat: Vec<f32> = inputs.iter().flat_map(|(chw, _, _)| chw.iter().copied()).collect();
     let x = Tensor::<4>::from_data(TensorData::new(flat, [inputs.len(), 3, h, w]), device);
     let probs = burn::tensor::activation::softmax(model.forward(x, Precision::F32), 1);
-    let data = probs.try_into_data().map_err(|e| Error::device(&e))?;
+    let data = probs.into_data_async().await.map_err(|e| Error::device(&e))?;
     let values = data.try_to_vec::<f32>().map_err(|e| Error::device(&e))?;
     Ok(values.chunks(classes).map(<[f32]>::to_vec).collect())
 }

@@ -4,10 +4,16 @@
 //! [`export::export_files`] the native engine uses. Here the device reads are awaited, so the
 //! page keeps running while the device works.
 //!
-//! This is the first slice of the web build: a function the page calls (`web/index.html`),
+//! After training, [`predict`] classifies images dropped on the page with the trained model
+//! through the same decoding and preprocessing as native `vramfit predict`
+//! ([`Predictor::decode_image`], [`Predictor::probabilities_async`]).
+//!
+//! This is the first slice of the web build: functions the page calls (`web/index.html`),
 //! not yet the egui app nor the engine session (no run folder: the export is the result).
 
+use std::cell::RefCell;
 use std::path::Path;
+use std::rc::Rc;
 use std::sync::Arc;
 
 use burn::module::Module;
@@ -18,7 +24,8 @@ use crate::config::{Config, Precision};
 use crate::dataset::{self, Dataset};
 use crate::eval;
 use crate::events::Event;
-use crate::export::{self, TrainingInfo};
+use crate::export::{self, ModelMetadata, TrainingInfo};
+use crate::infer::Predictor;
 use crate::loader::{self, Pass, SamplePipeline};
 use crate::model::Classifier;
 use crate::trainer::Trainer;
@@ -27,6 +34,11 @@ const TRAIN_IMAGES: &[u8] = include_bytes!("../assets/fashion-mnist-subset/train
 const TRAIN_LABELS: &[u8] = include_bytes!("../assets/fashion-mnist-subset/train-labels-idx1-ubyte.gz");
 const TEST_IMAGES: &[u8] = include_bytes!("../assets/fashion-mnist-subset/t10k-images-idx3-ubyte.gz");
 const TEST_LABELS: &[u8] = include_bytes!("../assets/fashion-mnist-subset/t10k-labels-idx1-ubyte.gz");
+
+thread_local! {
+    /// The model [`train_quickstart`] trained last, for [`predict`] (a page has one thread).
+    static PREDICTOR: RefCell<Option<Rc<Predictor>>> = const { RefCell::new(None) };
+}
 
 #[wasm_bindgen]
 extern "C" {
@@ -159,6 +171,8 @@ pub async fn train_quickstart(steps: u32, on_step: js_sys::Function) -> Result<j
         device: format!("{device:?}"),
     };
     let files = export_files(&valid, &config, &trainer.state.class_names, &training).await?;
+    let metadata = ModelMetadata::new(&config, &trainer.state.class_names, valid.num_params(), training);
+    PREDICTOR.with(|p| *p.borrow_mut() = Some(Rc::new(Predictor::from_model(valid, metadata, device.clone()))));
     let json = serde_json::json!({
         "adapter": format!("{device:?}"),
         "losses": losses,
@@ -169,6 +183,25 @@ pub async fn train_quickstart(steps: u32, on_step: js_sys::Function) -> Result<j
     js_sys::Reflect::set(&out, &"result".into(), &json.to_string().into())?;
     js_sys::Reflect::set(&out, &"files".into(), &files)?;
     Ok(out)
+}
+
+/// The top-`k` classes of an image file's bytes (`name` is the file's name, for errors) under
+/// the model [`train_quickstart`] trained last, on the page's WebGPU device: decoded, resized and
+/// cropped as `vramfit predict` does with that model's export. Resolves to a JSON string
+/// `[{"index", "name", "probability"}, ...]`, most probable first, the `top` of `vramfit predict
+/// --json`.
+///
+/// # Errors
+/// Rejects with a message when nothing has been trained yet, the bytes are not an image vramfit
+/// reads (the message names the file and the fault), or the device fails.
+#[wasm_bindgen]
+pub async fn predict(bytes: Vec<u8>, name: String, k: u32) -> Result<String, JsValue> {
+    let predictor =
+        PREDICTOR.with(|p| p.borrow().clone()).ok_or_else(|| js_error("nothing to predict with yet: train first"))?;
+    let image = predictor.decode_image(&bytes, Path::new(&name)).map_err(js_error)?;
+    let probs = predictor.probabilities_async(std::slice::from_ref(&image)).await.map_err(js_error)?;
+    let top = predictor.top(&probs[0], k as usize);
+    serde_json::to_string(&top).map_err(js_error)
 }
 
 /// `model`'s export files (`{ name: Uint8Array }`), made from a copy of it on the CPU: the

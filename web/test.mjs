@@ -6,15 +6,69 @@
 // binary is built (VRAMFIT_BIN, default target/release/vramfit), `vramfit eval` on them must give
 // the browser's image count and top-1; WEB_TEST_REQUIRE_NATIVE=1 (.ci/run) makes a missing
 // binary a failure instead of a skipped comparison.
+// After training, the test picks three bundled test images (written as PNG files) and a text
+// file through the page's file input: each image must get a top-3, the text file an error naming
+// it; with the native binary, `vramfit predict` on the exported weights must give the same top-3
+// classes with probabilities within 1e-4.
 // Usage: node web/test.mjs [steps] [screenshot.png, taken mid-training]; WEB_TEST_TIMEOUT_S bounds the wait (1200).
 import { chromium } from "playwright-core";
 import { createServer } from "node:http";
-import { readFile, writeFile, mkdir, access } from "node:fs/promises";
+import { readFile, writeFile, mkdir, mkdtemp, access } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { gunzipSync, deflateSync } from "node:zlib";
 import { execFileSync } from "node:child_process";
 import { extname, join, dirname } from "node:path";
 import { fileURLToPath } from "node:url";
 
 const root = dirname(fileURLToPath(import.meta.url));
+
+// An 8-bit greyscale PNG of `pixels` (row-major, width x height).
+function png(pixels, width, height) {
+  const crc32 = (bytes) => {
+    let crc = 0xffffffff;
+    for (const b of bytes) {
+      crc ^= b;
+      for (let k = 0; k < 8; k++) crc = crc & 1 ? 0xedb88320 ^ (crc >>> 1) : crc >>> 1;
+    }
+    return (crc ^ 0xffffffff) >>> 0;
+  };
+  const chunk = (type, data) => {
+    const body = Buffer.concat([Buffer.from(type, "ascii"), data]);
+    const out = Buffer.alloc(body.length + 8);
+    out.writeUInt32BE(data.length, 0);
+    body.copy(out, 4);
+    out.writeUInt32BE(crc32(body), body.length + 4);
+    return out;
+  };
+  const header = Buffer.alloc(13);
+  header.writeUInt32BE(width, 0);
+  header.writeUInt32BE(height, 4);
+  header.set([8, 0, 0, 0, 0], 8); // 8 bits, greyscale, deflate, no filter, no interlace
+  const rows = [];
+  for (let y = 0; y < height; y++) rows.push(Buffer.from([0]), pixels.subarray(y * width, (y + 1) * width));
+  return Buffer.concat([
+    Buffer.from([0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a]),
+    chunk("IHDR", header),
+    chunk("IDAT", deflateSync(Buffer.concat(rows))),
+    chunk("IEND", Buffer.alloc(0)),
+  ]);
+}
+
+// The first `n` bundled test images as PNG files in a new folder, and a text file beside them.
+async function predictionInputs(n) {
+  const idx = gunzipSync(await readFile(join(root, "..", "assets", "fashion-mnist-subset", "t10k-images-idx3-ubyte.gz")));
+  const [rows, cols] = [idx.readUInt32BE(8), idx.readUInt32BE(12)];
+  const dir = await mkdtemp(join(tmpdir(), "vramfit-web-"));
+  const images = [];
+  for (let i = 0; i < n; i++) {
+    const path = join(dir, `test-${i}.png`);
+    await writeFile(path, png(idx.subarray(16 + i * rows * cols, 16 + (i + 1) * rows * cols), cols, rows));
+    images.push(path);
+  }
+  const text = join(dir, "notes.txt");
+  await writeFile(text, "not an image\n");
+  return { images, text };
+}
 const steps = Number(process.argv[2] || 30);
 const screenshot = process.argv[3];
 const types = { ".html": "text/html", ".js": "text/javascript", ".wasm": "application/wasm" };
@@ -67,6 +121,16 @@ try {
   await browser.close();
   process.exit(1);
 }
+const inputs = await predictionInputs(3);
+const picked = [...inputs.images, inputs.text];
+if (await page.evaluate(() => !window.vramfit.error)) {
+  try {
+    await page.setInputFiles("#predict-files", picked);
+    await page.waitForFunction((n) => window.vramfit.predictions.length >= n, picked.length, { timeout: 120000, polling: 200 });
+  } catch (e) {
+    failures.push(`the page did not classify the picked files: ${e.message}`);
+  }
+}
 const state = await page.evaluate(() => ({ ...window.vramfit, files: Object.keys(window.vramfit.files || {}) }));
 const exportDir = process.env.WEB_TEST_EXPORT_DIR;
 if (exportDir && state.files.length) {
@@ -98,6 +162,17 @@ if (!state.result || !(state.result.eval_images > 0)) failures.push("no evaluati
 for (const name of ["model.bpk", "model.safetensors", "model.onnx", "model.json"]) {
   if (!state.files.includes(name)) failures.push(`the export has no ${name} (it has: ${state.files.join(", ")})`);
 }
+const byFile = Object.fromEntries(state.predictions.map((p) => [p.file, p]));
+for (const path of inputs.images) {
+  const name = path.split("/").pop();
+  const p = byFile[name];
+  if (!p || !p.top || p.top.length !== 3) failures.push(`${name}: no top-3 from the page (${JSON.stringify(p)})`);
+}
+const textResult = byFile["notes.txt"];
+console.log(`[page predict] notes.txt: ${textResult && textResult.error}`);
+if (!textResult || !textResult.error || !textResult.error.includes("notes.txt")) {
+  failures.push(`a text file must give an error naming it, got ${JSON.stringify(textResult)}`);
+}
 if (exportDir && state.result) {
   const bin = process.env.VRAMFIT_BIN || join(root, "..", "target", "release", "vramfit");
   const haveBin = await access(bin).then(() => true, () => false);
@@ -117,6 +192,24 @@ if (exportDir && state.result) {
       if (!(Math.abs(Number(top1) - browser) <= oneImage + 0.005)) failures.push(`native eval of ${weights}: top-1 ${top1}%, the browser's ${browser.toFixed(2)}%`);
     } catch (e) {
       failures.push(`native eval of ${weights} failed: ${e.message}`);
+    }
+  }
+  // The page's predictions against native `vramfit predict` on the downloaded weights.
+  if (haveBin) {
+    try {
+      const out = execFileSync(bin, ["predict", ...inputs.images, "--model", exportDir, "--device", "cpu", "--json", "--top-k", "3"], { encoding: "utf8" });
+      const lines = out.trim().split("\n");
+      if (lines.length !== inputs.images.length) failures.push(`native predict gave ${lines.length} lines for ${inputs.images.length} images`);
+      for (const line of lines) {
+        const native = JSON.parse(line);
+        const name = native.file.split("/").pop();
+        const page = (byFile[name] || {}).top || [];
+        const same = native.top.length === page.length && native.top.every((c, i) => c.index === page[i].index && Math.abs(c.probability - page[i].probability) <= 1e-4);
+        console.log(`[native predict] ${name}: ${native.top.map((c) => `${c.name} ${c.probability.toFixed(6)}`).join(", ")}; page: ${page.map((c) => `${c.name} ${c.probability.toFixed(6)}`).join(", ")}`);
+        if (!same) failures.push(`${name}: the page's top-3 differs from native vramfit predict's`);
+      }
+    } catch (e) {
+      failures.push(`native predict failed: ${e.message}`);
     }
   }
 }

@@ -43,24 +43,50 @@ fn c06_rgba_prediction_input_is_white_not_blue() {
         assert_eq!(img.get_pixel(side - 2, side / 2).0, [255, 255, 255]);
         assert_eq!(img.get_pixel(1, side / 2).0, [255, 0, 0]);
         // The model input: [1, 3, H, W] through the prediction pipeline.
-        let mut config = Config::default();
-        config.data.preprocess = PreprocessConfig { mode: PreprocessMode::ResizeAndCrop, load_size: 32, crop_size: 32 };
-        let loaded = vramfit::export::LoadedModel {
-            model: vramfit::model::Classifier::new(&config.model, 3, &burn::tensor::Device::flex()),
-            metadata: vramfit::export::ModelMetadata::new(
-                &config,
-                &["a".into(), "b".into(), "c".into()],
-                0,
-                Default::default(),
-            ),
-            weights_path: PathBuf::new(),
-        };
-        let predictor = vramfit::infer::Predictor::new(loaded, burn::tensor::Device::flex());
+        let predictor = flex_predictor(32);
         let input = predictor.input(&img).unwrap();
         assert_eq!(input.dims(), [1, 3, 32, 32]);
         let top = predictor.predict_image(&img, 5).unwrap();
         assert_eq!(top.len(), 3);
         assert!((top.iter().map(|c| c.probability).sum::<f32>() - 1.0).abs() < 1e-4);
+    }
+}
+
+/// An untrained 3-class predictor on burn flex whose inputs are resized and cropped to `crop_size`.
+fn flex_predictor(crop_size: usize) -> vramfit::infer::Predictor {
+    let mut config = Config::default();
+    config.data.preprocess = PreprocessConfig { mode: PreprocessMode::ResizeAndCrop, load_size: crop_size, crop_size };
+    let classes = ["a".to_string(), "b".into(), "c".into()];
+    let metadata = vramfit::export::ModelMetadata::new(&config, &classes, 0, Default::default());
+    let model = vramfit::model::Classifier::new(&config.model, 3, &burn::tensor::Device::flex());
+    vramfit::infer::Predictor::from_model(model, metadata, burn::tensor::Device::flex())
+}
+
+/// A file's bytes (what a page gets from a dropped file) decode to the pixels its path does,
+/// through the same rules (EXIF orientation, alpha, truncation), and a bad file's error names it.
+#[test]
+fn prediction_from_dropped_bytes_matches_prediction_from_the_file() {
+    let predictor = flex_predictor(32);
+    for (case, file) in
+        [("C01", "exif_orientation6.jpg"), ("C06", "rgba_hidden_blue_224.png"), ("C07", "ok_progressive.jpg")]
+    {
+        let path = cases().join(case).join(file);
+        let from_file = predictor.load_image(&path).unwrap();
+        let from_bytes = predictor.decode_image(&std::fs::read(&path).unwrap(), Path::new(file)).unwrap();
+        assert_eq!(
+            (from_bytes.dimensions(), from_bytes.as_raw()),
+            (from_file.dimensions(), from_file.as_raw()),
+            "{file}"
+        );
+        let probs = predictor.probabilities(&[from_file, from_bytes]).unwrap();
+        assert_eq!(probs[0], probs[1], "{file}");
+    }
+    for (bytes, name) in [
+        (std::fs::read(cases().join("C07").join("truncated_half.png")).unwrap(), "truncated_half.png"),
+        (b"not an image\n".to_vec(), "notes.txt"),
+    ] {
+        let err = predictor.decode_image(&bytes, Path::new(name)).unwrap_err();
+        assert!(matches!(err, vramfit::Error::Image { .. }) && err.to_string().contains(name), "{err}");
     }
 }
 
