@@ -68,30 +68,55 @@ pub fn list_adapters() -> Vec<AdapterInfo> {
         .enumerate()
         .map(|(index, a)| {
             let info = a.get_info();
-            let limits = a.limits();
             let nth = seen.iter().filter(|(b, t)| *b == info.backend && *t == info.device_type).count();
             seen.push((info.backend, info.device_type));
-            let kind = match info.device_type {
-                wgpu::DeviceType::DiscreteGpu => Some(DeviceKind::DiscreteGpu(nth)),
-                wgpu::DeviceType::IntegratedGpu => Some(DeviceKind::IntegratedGpu(nth)),
-                wgpu::DeviceType::VirtualGpu => Some(DeviceKind::VirtualGpu(nth)),
-                wgpu::DeviceType::Cpu => Some(DeviceKind::Cpu),
-                wgpu::DeviceType::Other => None,
-            };
-            AdapterInfo {
-                index,
-                name: info.name.clone(),
-                backend: format!("{:?}", info.backend),
-                device_type: format!("{:?}", info.device_type),
-                driver: format!("{} {}", info.driver, info.driver_info).trim().to_string(),
-                max_buffer_size: limits.max_buffer_size,
-                max_storage_buffer_binding_size: limits.max_storage_buffer_binding_size,
-                shader_f16: a.features().contains(wgpu::Features::SHADER_F16),
-                device_local_bytes: device_local_bytes(a),
-                kind,
-            }
+            adapter_info(a, index, nth)
         })
         .collect()
+}
+
+/// The adapter a browser page's WebGPU gives (`navigator.gpu.requestAdapter` with the
+/// high-performance preference, as burn's device does), or `None` where it gives none. Its
+/// limits are the page's device's: cubecl requests the adapter's own limits.
+#[cfg(target_arch = "wasm32")]
+pub async fn browser_adapter() -> Option<AdapterInfo> {
+    let instance = wgpu::Instance::new(wgpu::InstanceDescriptor::new_without_display_handle_from_env());
+    let options =
+        wgpu::RequestAdapterOptions { power_preference: wgpu::PowerPreference::HighPerformance, ..Default::default() };
+    let adapter = instance.request_adapter(&options).await.ok()?;
+    let mut info = adapter_info(&adapter, 0, 0);
+    if info.name.is_empty() {
+        // Browsers may withhold what the adapter is (WebGPU's `GPUAdapterInfo` fields are empty
+        // unless the page is allowed to see them).
+        info.name = "the browser's WebGPU adapter".into();
+    }
+    Some(info)
+}
+
+/// What vramfit shows and plans with of one adapter; `nth` counts the adapters of the same
+/// backend and type before it (burn's device index).
+fn adapter_info(a: &wgpu::Adapter, index: usize, nth: usize) -> AdapterInfo {
+    let info = a.get_info();
+    let limits = a.limits();
+    let kind = match info.device_type {
+        wgpu::DeviceType::DiscreteGpu => Some(DeviceKind::DiscreteGpu(nth)),
+        wgpu::DeviceType::IntegratedGpu => Some(DeviceKind::IntegratedGpu(nth)),
+        wgpu::DeviceType::VirtualGpu => Some(DeviceKind::VirtualGpu(nth)),
+        wgpu::DeviceType::Cpu => Some(DeviceKind::Cpu),
+        wgpu::DeviceType::Other => None,
+    };
+    AdapterInfo {
+        index,
+        name: info.name.clone(),
+        backend: format!("{:?}", info.backend),
+        device_type: format!("{:?}", info.device_type),
+        driver: format!("{} {}", info.driver, info.driver_info).trim().to_string(),
+        max_buffer_size: limits.max_buffer_size,
+        max_storage_buffer_binding_size: limits.max_storage_buffer_binding_size,
+        shader_f16: a.features().contains(wgpu::Features::SHADER_F16),
+        device_local_bytes: device_local_bytes(a),
+        kind,
+    }
 }
 
 /// Waits until `device` has run all queued work, as [`Device::sync`] does. In a browser, where a

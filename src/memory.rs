@@ -242,6 +242,47 @@ pub fn images_per_buffer(limit: Option<u64>, bytes_per_image: u64) -> usize {
     limit.map_or(usize::MAX, |l| usize::try_from(l / bytes_per_image.max(1)).unwrap_or(usize::MAX))
 }
 
+/// Checks that one micro-batch's largest tensor (the input or a layer output,
+/// [`inference_bytes_per_image`] x `batch_size`) fits one buffer of `limit` bytes, the adapter's
+/// buffer limit ([`crate::device::SelectedDevice::buffer_limit`]; a browser's WebGPU gives
+/// 128 MiB storage bindings unless the page asks for more). Training, where the same tensors
+/// exist, checks this before allocating anything.
+///
+/// # Errors
+/// [`crate::Error::Memory`] naming the tensor's size, `device_name`'s limit and the fix: the
+/// largest batch that fits, or (when not even one image does) a smaller crop or the CPU.
+pub fn check_buffer_limit(
+    model: &crate::config::ModelConfig,
+    num_classes: usize,
+    image_hw: (usize, usize),
+    batch_size: usize,
+    limit: u64,
+    device_name: &str,
+) -> crate::Result<()> {
+    let per_image = inference_bytes_per_image(model, num_classes, image_hw);
+    let largest = per_image * batch_size as u64;
+    if largest <= limit {
+        return Ok(());
+    }
+    let fitting_batch = images_per_buffer(Some(limit), per_image);
+    // Never circular: when even one image does not fit, a smaller batch is no answer.
+    let fix = if fitting_batch == 0 {
+        "even one image does not fit: lower data.preprocess.crop_size (or use mode resize_and_crop for \
+         large images), or train on the CPU (--device cpu)"
+            .to_string()
+    } else {
+        format!(
+            "use train.batch_size <= {fitting_batch} (with grad_accum_steps to keep the effective batch) or a \
+             smaller crop_size"
+        )
+    };
+    Err(crate::Error::Memory(format!(
+        "the largest tensor of a step is {} but {device_name} allows {} per buffer; {fix}",
+        human_bytes(largest),
+        human_bytes(limit),
+    )))
+}
+
 /// Verdict of an estimate against a budget.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Plan {

@@ -317,31 +317,10 @@ fn plan_memory(
         config.train.batch_size = plan.fit_batch_size;
         config.train.grad_accum_steps = plan.fit_grad_accum_steps;
     }
-    let Some(limit) = device.buffer_limit() else { return Ok(config) };
-    // One micro-batch's largest tensor (input or a layer output) must fit one buffer.
-    let per_image = memory::inference_bytes_per_image(&config.model, classes, image_hw);
-    let largest = per_image * config.train.batch_size as u64;
-    if largest <= limit {
-        return Ok(config);
+    if let Some(limit) = device.buffer_limit() {
+        memory::check_buffer_limit(&config.model, classes, image_hw, config.train.batch_size, limit, &device.name)?;
     }
-    let fitting_batch = memory::images_per_buffer(Some(limit), per_image);
-    // Never circular: when even one image does not fit, a smaller batch is no answer.
-    let fix = if fitting_batch == 0 {
-        "even one image does not fit: lower data.preprocess.crop_size (or use mode resize_and_crop for \
-         large images), or train on the CPU (--device cpu)"
-            .to_string()
-    } else {
-        format!(
-            "use train.batch_size <= {fitting_batch} (with grad_accum_steps to keep the effective batch) or a \
-             smaller crop_size"
-        )
-    };
-    Err(Error::Memory(format!(
-        "the largest tensor of a step is {} but {} allows {} per buffer; {fix}",
-        human_bytes(largest),
-        device.name,
-        human_bytes(limit),
-    )))
+    Ok(config)
 }
 
 /// Phase 3: the run folder is ours: a new run refuses a folder holding one, a process lock is

@@ -22,11 +22,13 @@ use wasm_bindgen::prelude::*;
 
 use crate::config::{Config, Precision};
 use crate::dataset::{self, Dataset};
+use crate::device::AdapterInfo;
 use crate::eval;
 use crate::events::Event;
 use crate::export::{self, ModelMetadata, TrainingInfo};
 use crate::infer::Predictor;
 use crate::loader::{self, Pass, SamplePipeline};
+use crate::memory;
 use crate::model::Classifier;
 use crate::trainer::Trainer;
 
@@ -101,15 +103,19 @@ fn bundled(images: &[u8], labels: &[u8], name: &str) -> crate::Result<Dataset> {
 /// `model.onnx`, `model.json`) as `Uint8Array`s, what native `vramfit export` writes.
 ///
 /// # Errors
-/// Rejects with a message when WebGPU cannot start, the data does not parse, a step fails or
-/// the weights cannot be read back.
+/// Rejects with a message when WebGPU cannot start, one micro-batch's largest tensor does not
+/// fit the adapter's buffer limit ([`memory::check_buffer_limit`], before anything is
+/// allocated), the data does not parse, a step fails or the weights cannot be read back.
 #[wasm_bindgen]
 pub async fn train_quickstart(steps: u32, on_step: js_sys::Function) -> Result<js_sys::Object, JsValue> {
     log_panics();
+    let config = quickstart_config()?;
+    let adapter = browser_adapter().await?;
+    let limit = adapter.max_storage_buffer_binding_size.min(adapter.max_buffer_size);
+    let px = config.image_size_px();
+    memory::check_buffer_limit(&config.model, 10, (px, px), config.train.batch_size, limit, &adapter.name)
+        .map_err(js_error)?;
     let device = Device::wgpu_options().init_async().await.map_err(|e| js_error(format!("WebGPU: {e:?}")))?;
-    let mut config = crate::presets::load_config("quickstart").map_err(js_error)?;
-    config.train.precision = Precision::F32;
-    config.train.checkpointing = false;
     let train = Arc::new(bundled(TRAIN_IMAGES, TRAIN_LABELS, "train").map_err(js_error)?);
     let test = Arc::new(bundled(TEST_IMAGES, TEST_LABELS, "t10k").map_err(js_error)?);
     let batch_size = config.train.batch_size;
@@ -143,6 +149,11 @@ pub async fn train_quickstart(steps: u32, on_step: js_sys::Function) -> Result<j
         }
         trainer.state.global_step += 1;
         let step = trainer.state.global_step;
+        if step == 1 {
+            // As the native loop does after its first step: the pages that step's first use of
+            // each kernel held go back, so the page holds the plan's steady state.
+            device.memory_cleanup();
+        }
         let (in_use, reserved) = device.memory_pool_usage().map_or((0, 0), |u| (u.bytes_in_use, u.bytes_reserved));
         losses.push(stats.loss);
         let _ = on_step.call4(
@@ -153,16 +164,30 @@ pub async fn train_quickstart(steps: u32, on_step: js_sys::Function) -> Result<j
             &JsValue::from(reserved as f64),
         );
     }
+    evaluate_and_export(&trainer, &config, &device, test, limit, steps_per_epoch, losses).await
+}
+
+/// After training: evaluates the model on `test`, makes the export's files, and keeps the
+/// model for [`predict`]. Resolves to what [`train_quickstart`] resolves to.
+async fn evaluate_and_export(
+    trainer: &Trainer,
+    config: &Config,
+    device: &Device,
+    test: Arc<Dataset>,
+    limit: u64,
+    steps_per_epoch: usize,
+    losses: Vec<f32>,
+) -> Result<js_sys::Object, JsValue> {
     let settings = eval::EvalSettings {
         model: &config.model,
         batch_size: config.train.batch_size,
         precision: Precision::F32,
         workers: 0,
-        buffer_limit: None,
+        buffer_limit: Some(limit),
     };
-    let eval_pipe = Arc::new(SamplePipeline::from_config(&config, false));
+    let eval_pipe = Arc::new(SamplePipeline::from_config(config, false));
     let valid = trainer.model().valid();
-    let result = eval::evaluate_async(&valid, test, eval_pipe, &device, &settings).await.map_err(js_error)?;
+    let result = eval::evaluate_async(&valid, test, eval_pipe, device, &settings).await.map_err(js_error)?;
     let training = TrainingInfo {
         // Completed epochs: a pass cut short by the step count does not count.
         epochs: trainer.state.global_step / steps_per_epoch.max(1),
@@ -170,9 +195,12 @@ pub async fn train_quickstart(steps: u32, on_step: js_sys::Function) -> Result<j
         val_accuracy: Some(result.top1),
         device: format!("{device:?}"),
     };
-    let files = export_files(&valid, &config, &trainer.state.class_names, &training).await?;
-    let metadata = ModelMetadata::new(&config, &trainer.state.class_names, valid.num_params(), training);
-    PREDICTOR.with(|p| *p.borrow_mut() = Some(Rc::new(Predictor::from_model(valid, metadata, device.clone()))));
+    let files = export_files(&valid, config, &trainer.state.class_names, &training).await?;
+    let metadata = ModelMetadata::new(config, &trainer.state.class_names, valid.num_params(), training);
+    PREDICTOR.with(|p| {
+        *p.borrow_mut() =
+            Some(Rc::new(Predictor::from_model(valid, metadata, device.clone()).with_buffer_limit(Some(limit))))
+    });
     let json = serde_json::json!({
         "adapter": format!("{device:?}"),
         "losses": losses,
@@ -183,6 +211,53 @@ pub async fn train_quickstart(steps: u32, on_step: js_sys::Function) -> Result<j
     js_sys::Reflect::set(&out, &"result".into(), &json.to_string().into())?;
     js_sys::Reflect::set(&out, &"files".into(), &files)?;
     Ok(out)
+}
+
+/// The quickstart preset as the page trains it: f32 (browsers' WebGPU may lack f16), no
+/// activation checkpointing.
+fn quickstart_config() -> Result<Config, JsValue> {
+    let mut config = crate::presets::load_config("quickstart").map_err(js_error)?;
+    config.train.precision = Precision::F32;
+    config.train.checkpointing = false;
+    Ok(config)
+}
+
+/// The page's WebGPU adapter, or why there is none.
+async fn browser_adapter() -> Result<AdapterInfo, JsValue> {
+    crate::device::browser_adapter().await.ok_or_else(|| js_error("WebGPU: this browser gives no adapter"))
+}
+
+/// What the page will train with, before it trains: the adapter (`max_buffer_size`,
+/// `max_storage_buffer_binding_size` and `shader_f16` as the browser reports them) and the
+/// memory plan of the quickstart preset as [`train_quickstart`] runs it. Resolves to a JSON
+/// string `{"adapter": {..}, "batch_size", "image_px", "precision", "predicted_peak_bytes",
+/// "peak_in_use_bytes", "largest_tensor_bytes", "buffer_limit_bytes", "buffer_check"}`, where
+/// `buffer_check` is `"ok"` or the refusal [`train_quickstart`] would give.
+///
+/// # Errors
+/// Rejects when the browser gives no WebGPU adapter or the preset does not load.
+#[wasm_bindgen]
+pub async fn quickstart_plan() -> Result<String, JsValue> {
+    log_panics();
+    let config = quickstart_config()?;
+    let adapter = browser_adapter().await?;
+    let limit = adapter.max_storage_buffer_binding_size.min(adapter.max_buffer_size);
+    let px = config.image_size_px();
+    let batch_size = config.train.batch_size;
+    let estimate = memory::estimate(&config, batch_size, 10);
+    let check = memory::check_buffer_limit(&config.model, 10, (px, px), batch_size, limit, &adapter.name);
+    let json = serde_json::json!({
+        "adapter": adapter,
+        "batch_size": batch_size,
+        "image_px": px,
+        "precision": "f32",
+        "predicted_peak_bytes": estimate.total,
+        "peak_in_use_bytes": estimate.peak_in_use,
+        "largest_tensor_bytes": memory::inference_bytes_per_image(&config.model, 10, (px, px)) * batch_size as u64,
+        "buffer_limit_bytes": limit,
+        "buffer_check": check.map_or_else(|e| e.to_string(), |()| "ok".to_string()),
+    });
+    Ok(json.to_string())
 }
 
 /// The top-`k` classes of an image file's bytes (`name` is the file's name, for errors) under

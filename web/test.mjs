@@ -159,6 +159,14 @@ const first = mean(losses.slice(0, k)), last = mean(losses.slice(-k));
 if (!(last < first)) failures.push(`loss did not fall: first ${k} steps ${first}, last ${k} ${last}`);
 if (!state.steps.every((s) => s.reserved > 0 && s.inUse > 0)) failures.push("a step reported no device memory");
 if (!state.result || !(state.result.eval_images > 0)) failures.push("no evaluation result");
+// The plan the page showed before training: the adapter's limits as the browser reports them.
+const plan = state.plan;
+if (!plan || !(plan.adapter.max_storage_buffer_binding_size > 0) || plan.buffer_check !== "ok" || !(plan.predicted_peak_bytes > 0)) {
+  failures.push(`no plan with the adapter's limits before training: ${JSON.stringify(plan)}`);
+} else {
+  const reserved = state.steps.slice(1).map((s) => s.reserved); // after the first step's pages went back
+  console.log(`[plan] adapter ${plan.adapter.name} (${plan.adapter.backend}): max buffer ${plan.adapter.max_buffer_size}, max storage binding ${plan.adapter.max_storage_buffer_binding_size}; predicted peak ${(plan.predicted_peak_bytes / 2 ** 20).toFixed(1)} MiB, reserved after step 1: ${reserved.map((r) => (r / 2 ** 20).toFixed(1)).join(", ")} MiB`);
+}
 for (const name of ["model.bpk", "model.safetensors", "model.onnx", "model.json"]) {
   if (!state.files.includes(name)) failures.push(`the export has no ${name} (it has: ${state.files.join(", ")})`);
 }
