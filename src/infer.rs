@@ -51,7 +51,8 @@ impl Predictor {
     }
 
     /// Wraps a model already on `device` (e.g. the one just trained, in a browser where there is
-    /// no export folder to load) with the metadata that says how to preprocess its inputs.
+    /// no export folder to load) with the metadata that says how to preprocess its inputs. It
+    /// has no buffer limit until [`Self::with_buffer_limit`] sets one.
     pub fn from_model(model: Classifier, metadata: ModelMetadata, device: Device) -> Self {
         let pipeline = SamplePipeline::from_config(&metadata.inference_config(), false);
         Self {
@@ -102,7 +103,8 @@ impl Predictor {
     }
 
     /// Softmax probabilities for a batch of decoded images of one shape, `[B][classes]`, blocking
-    /// on [`Self::probabilities_async`] (native code; a browser awaits that instead).
+    /// on [`Self::probabilities_async`] (native code; in a browser a blocking wait panics, so a
+    /// page awaits that instead).
     ///
     /// # Errors
     /// As [`Self::probabilities_async`].

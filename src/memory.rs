@@ -243,7 +243,8 @@ pub fn images_per_buffer(limit: Option<u64>, bytes_per_image: u64) -> usize {
 }
 
 /// Checks that one micro-batch's largest tensor (the input or a layer output,
-/// [`inference_bytes_per_image`] x `batch_size`) fits one buffer of `limit` bytes, the adapter's
+/// [`inference_bytes_per_image`] of `image_hw` = (height, width) in pixels, x `batch_size`)
+/// fits one buffer of `limit` bytes, the adapter's
 /// buffer limit ([`crate::device::SelectedDevice::buffer_limit`]; a browser's WebGPU gives
 /// 128 MiB storage bindings unless the page asks for more). Training, where the same tensors
 /// exist, checks this before allocating anything.

@@ -23,9 +23,11 @@ use wasm_bindgen::prelude::*;
 use crate::config::{Config, Precision};
 use crate::dataset::{self, Dataset};
 use crate::device::AdapterInfo;
+use crate::error::Error;
 use crate::eval;
 use crate::events::Event;
 use crate::export::{self, ModelMetadata, TrainingInfo};
+use crate::image_io::ImageFault;
 use crate::infer::Predictor;
 use crate::loader::{self, Pass, SamplePipeline};
 use crate::memory;
@@ -38,8 +40,9 @@ const TEST_IMAGES: &[u8] = include_bytes!("../assets/fashion-mnist-subset/t10k-i
 const TEST_LABELS: &[u8] = include_bytes!("../assets/fashion-mnist-subset/t10k-labels-idx1-ubyte.gz");
 
 thread_local! {
-    /// The model [`train_quickstart`] trained last, for [`predict`] (a page has one thread).
-    static PREDICTOR: RefCell<Option<Rc<Predictor>>> = const { RefCell::new(None) };
+    /// The model [`train_quickstart`] trained last and the adapter's per-buffer limit in bytes,
+    /// for [`predict`] (a page has one thread).
+    static PREDICTOR: RefCell<Option<(Rc<Predictor>, u64)>> = const { RefCell::new(None) };
 }
 
 #[wasm_bindgen]
@@ -198,8 +201,10 @@ async fn evaluate_and_export(
     let files = export_files(&valid, config, &trainer.state.class_names, &training).await?;
     let metadata = ModelMetadata::new(config, &trainer.state.class_names, valid.num_params(), training);
     PREDICTOR.with(|p| {
-        *p.borrow_mut() =
-            Some(Rc::new(Predictor::from_model(valid, metadata, device.clone()).with_buffer_limit(Some(limit))))
+        *p.borrow_mut() = Some((
+            Rc::new(Predictor::from_model(valid, metadata, device.clone()).with_buffer_limit(Some(limit))),
+            limit,
+        ))
     });
     let json = serde_json::json!({
         "adapter": format!("{device:?}"),
@@ -267,14 +272,35 @@ pub async fn quickstart_plan() -> Result<String, JsValue> {
 /// --json`.
 ///
 /// # Errors
-/// Rejects with a message when nothing has been trained yet, the bytes are not an image vramfit
-/// reads (the message names the file and the fault), or the device fails.
+/// Rejects with a message when nothing has been trained yet, and with one naming the file when
+/// the bytes are not an image vramfit reads (with the fault), the image's input tensor exceeds the adapter's
+/// per-buffer limit (mode `none` runs an image at its own size), or the device fails.
 #[wasm_bindgen]
 pub async fn predict(bytes: Vec<u8>, name: String, k: u32) -> Result<String, JsValue> {
-    let predictor =
+    let (predictor, limit) =
         PREDICTOR.with(|p| p.borrow().clone()).ok_or_else(|| js_error("nothing to predict with yet: train first"))?;
-    let image = predictor.decode_image(&bytes, Path::new(&name)).map_err(js_error)?;
-    let probs = predictor.probabilities_async(std::slice::from_ref(&image)).await.map_err(js_error)?;
+    let path = Path::new(&name);
+    let image = predictor.decode_image(&bytes, path).map_err(js_error)?;
+    // The file is named: a preprocess failure is this image's fault (as `vramfit predict` says).
+    let named = |e: Error| match e {
+        Error::Preprocess(m) => js_error(Error::Image { path: path.into(), fault: ImageFault::Unusable(m) }),
+        other => js_error(format!("{name}: {other}")),
+    };
+    // Native prediction runs an image the adapter's buffers cannot hold on the CPU; a page has
+    // no memory for that (wasm's 4 GiB), so such an image is refused before anything runs.
+    let (width, height) = predictor.metadata.preprocess.output_size_for(image.dimensions()).map_err(named)?;
+    let classes = predictor.metadata.class_names.len();
+    let per_image =
+        memory::inference_bytes_per_image(&predictor.metadata.model, classes, (height as usize, width as usize));
+    if per_image > limit {
+        return Err(js_error(format!(
+            "{name}: a {width}x{height} input needs a {} tensor but this adapter allows {} per buffer; use a \
+             smaller image",
+            memory::human_bytes(per_image),
+            memory::human_bytes(limit)
+        )));
+    }
+    let probs = predictor.probabilities_async(std::slice::from_ref(&image)).await.map_err(named)?;
     let top = predictor.top(&probs[0], k as usize);
     serde_json::to_string(&top).map_err(js_error)
 }
