@@ -34,6 +34,14 @@ pub struct AdapterInfo {
     kind: Option<DeviceKind>,
 }
 
+impl AdapterInfo {
+    /// Bytes one tensor may occupy on this adapter: the smaller of its largest buffer and its
+    /// largest storage-buffer binding.
+    pub fn buffer_limit(&self) -> u64 {
+        self.max_storage_buffer_binding_size.min(self.max_buffer_size)
+    }
+}
+
 /// The largest device-local memory heap of a Vulkan adapter (Vulkan spec
 /// `vkGetPhysicalDeviceMemoryProperties`, heap flag `DEVICE_LOCAL` = 0x1): the card's VRAM on a
 /// discrete GPU, the share of system memory a driver offers on integrated and software adapters.
@@ -207,7 +215,7 @@ impl SelectedDevice {
     /// Bytes one tensor may occupy on this device: the smaller of the adapter's largest buffer and
     /// largest storage-buffer binding; `None` on the CPU (no such limit).
     pub fn buffer_limit(&self) -> Option<u64> {
-        self.adapter.as_ref().map(|a| a.max_storage_buffer_binding_size.min(a.max_buffer_size))
+        self.adapter.as_ref().map(AdapterInfo::buffer_limit)
     }
 
     /// The default CPU backend, for work that does not fit this device's buffers.

@@ -32,7 +32,8 @@ pub struct ClassProb {
 /// Inputs too large for the device's buffers (a 12 MP photo through a model with preprocess
 /// mode `none`, on an adapter with a 128 MiB binding limit) are checked before upload: a batch is
 /// split into chunks that fit, and an image that does not fit alone runs on the CPU, with a
-/// one-line notice ([`Self::take_notices`]).
+/// one-line notice ([`Self::take_notices`]), or is refused where there is no CPU to spare
+/// ([`Self::without_cpu_fallback`]).
 pub struct Predictor {
     model: Classifier,
     /// The model's metadata.
@@ -40,6 +41,7 @@ pub struct Predictor {
     device: Device,
     pipeline: SamplePipeline,
     buffer_limit: Option<u64>,
+    cpu_fallback: bool,
     cpu_model: std::sync::OnceLock<(Classifier, Device)>,
     notices: std::sync::Mutex<Vec<String>>,
 }
@@ -61,6 +63,7 @@ impl Predictor {
             device,
             pipeline,
             buffer_limit: None,
+            cpu_fallback: true,
             cpu_model: std::sync::OnceLock::new(),
             notices: std::sync::Mutex::new(Vec::new()),
         }
@@ -71,6 +74,15 @@ impl Predictor {
     #[must_use]
     pub fn with_buffer_limit(mut self, limit: Option<u64>) -> Self {
         self.buffer_limit = limit;
+        self
+    }
+
+    /// Refuses an image that does not fit the device's buffers instead of running it on the CPU:
+    /// for a browser page, where wasm's 4 GiB cannot hold a CPU copy of a large photo's
+    /// activations.
+    #[must_use]
+    pub fn without_cpu_fallback(mut self) -> Self {
+        self.cpu_fallback = false;
         self
     }
 
@@ -116,23 +128,37 @@ impl Predictor {
     /// chunk read back from the device in one awaited transfer.
     ///
     /// Each chunk uploaded is checked against the device's buffer limit first: the batch is split
-    /// to fit, and images that do not fit alone run on the CPU (default backend) with a notice.
+    /// to fit, and images that do not fit alone run on the CPU (default backend) with a notice,
+    /// or, [`Self::without_cpu_fallback`], are refused before they are preprocessed.
     ///
     /// # Errors
-    /// [`Error::Preprocess`] for an unusable image, [`Error::Device`] when the device fails.
+    /// [`Error::Preprocess`] for an unusable image, [`Error::Memory`] for an image that does not
+    /// fit the device's buffers without a CPU fallback, [`Error::Device`] when the device fails.
     pub async fn probabilities_async(&self, images: &[RgbImage]) -> Result<Vec<Vec<f32>>> {
-        let mut rng = rand::rngs::SmallRng::seed_from_u64(0);
-        let inputs = images.iter().map(|i| self.pipeline.tensor_from_image(i, &mut rng)).collect::<Result<Vec<_>>>()?;
-        let Some(&(_, h, w)) = inputs.first() else { return Ok(vec![]) };
+        let Some(first) = images.first() else { return Ok(vec![]) };
+        // The batch's input size (one shape), before the images become f32 tensors.
+        let (w, h) = self.metadata.preprocess.output_size_for(first.dimensions())?;
         let classes = self.metadata.class_names.len();
-        let per_image = crate::memory::inference_bytes_per_image(&self.metadata.model, classes, (h, w));
+        let per_image =
+            crate::memory::inference_bytes_per_image(&self.metadata.model, classes, (h as usize, w as usize));
         let fit = crate::memory::images_per_buffer(self.buffer_limit, per_image);
-        if fit == 0 {
-            self.notices.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(format!(
-                "a {w}x{h} input needs a {} tensor but the device allows {} per buffer: predicted on the CPU",
+        let too_large = || {
+            format!(
+                "a {w}x{h} input needs a {} tensor but the device allows {} per buffer",
                 crate::memory::human_bytes(per_image),
                 crate::memory::human_bytes(self.buffer_limit.unwrap_or(0)),
-            ));
+            )
+        };
+        if fit == 0 && !self.cpu_fallback {
+            return Err(Error::Memory(format!("{}; use a smaller image", too_large())));
+        }
+        let mut rng = rand::rngs::SmallRng::seed_from_u64(0);
+        let inputs = images.iter().map(|i| self.pipeline.tensor_from_image(i, &mut rng)).collect::<Result<Vec<_>>>()?;
+        if fit == 0 {
+            self.notices
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .push(format!("{}: predicted on the CPU", too_large()));
             let (model, device) = self.cpu_model.get_or_init(|| {
                 let cpu = crate::device::SelectedDevice::cpu_fallback().device;
                 (burn::module::Module::to_device(self.model.clone(), &cpu), cpu)

@@ -38,11 +38,12 @@ const TRAIN_IMAGES: &[u8] = include_bytes!("../assets/fashion-mnist-subset/train
 const TRAIN_LABELS: &[u8] = include_bytes!("../assets/fashion-mnist-subset/train-labels-idx1-ubyte.gz");
 const TEST_IMAGES: &[u8] = include_bytes!("../assets/fashion-mnist-subset/t10k-images-idx3-ubyte.gz");
 const TEST_LABELS: &[u8] = include_bytes!("../assets/fashion-mnist-subset/t10k-labels-idx1-ubyte.gz");
+/// Classes of the bundled data (Fashion-MNIST).
+const CLASSES: usize = dataset::FASHION_MNIST_CLASSES.len();
 
 thread_local! {
-    /// The model [`train_quickstart`] trained last and the adapter's per-buffer limit in bytes,
-    /// for [`predict`] (a page has one thread).
-    static PREDICTOR: RefCell<Option<(Rc<Predictor>, u64)>> = const { RefCell::new(None) };
+    /// The model [`train_quickstart`] trained last, for [`predict`] (a page has one thread).
+    static PREDICTOR: RefCell<Option<Rc<Predictor>>> = const { RefCell::new(None) };
 }
 
 #[wasm_bindgen]
@@ -114,9 +115,9 @@ pub async fn train_quickstart(steps: u32, on_step: js_sys::Function) -> Result<j
     log_panics();
     let config = quickstart_config()?;
     let adapter = browser_adapter().await?;
-    let limit = adapter.max_storage_buffer_binding_size.min(adapter.max_buffer_size);
+    let limit = adapter.buffer_limit();
     let px = config.image_size_px();
-    memory::check_buffer_limit(&config.model, 10, (px, px), config.train.batch_size, limit, &adapter.name)
+    memory::check_buffer_limit(&config.model, CLASSES, (px, px), config.train.batch_size, limit, &adapter.name)
         .map_err(js_error)?;
     let device = Device::wgpu_options().init_async().await.map_err(|e| js_error(format!("WebGPU: {e:?}")))?;
     let train = Arc::new(bundled(TRAIN_IMAGES, TRAIN_LABELS, "train").map_err(js_error)?);
@@ -200,12 +201,10 @@ async fn evaluate_and_export(
     };
     let files = export_files(&valid, config, &trainer.state.class_names, &training).await?;
     let metadata = ModelMetadata::new(config, &trainer.state.class_names, valid.num_params(), training);
-    PREDICTOR.with(|p| {
-        *p.borrow_mut() = Some((
-            Rc::new(Predictor::from_model(valid, metadata, device.clone()).with_buffer_limit(Some(limit))),
-            limit,
-        ))
-    });
+    // An image the adapter's buffers cannot hold is refused: a page has no memory for the CPU
+    // copy native prediction would run it on (wasm's 4 GiB).
+    let predictor = Predictor::from_model(valid, metadata, device.clone()).with_buffer_limit(Some(limit));
+    PREDICTOR.with(|p| *p.borrow_mut() = Some(Rc::new(predictor.without_cpu_fallback())));
     let json = serde_json::json!({
         "adapter": format!("{device:?}"),
         "losses": losses,
@@ -246,11 +245,11 @@ pub async fn quickstart_plan() -> Result<String, JsValue> {
     log_panics();
     let config = quickstart_config()?;
     let adapter = browser_adapter().await?;
-    let limit = adapter.max_storage_buffer_binding_size.min(adapter.max_buffer_size);
+    let limit = adapter.buffer_limit();
     let px = config.image_size_px();
     let batch_size = config.train.batch_size;
-    let estimate = memory::estimate(&config, batch_size, 10);
-    let check = memory::check_buffer_limit(&config.model, 10, (px, px), batch_size, limit, &adapter.name);
+    let estimate = memory::estimate(&config, batch_size, CLASSES);
+    let check = memory::check_buffer_limit(&config.model, CLASSES, (px, px), batch_size, limit, &adapter.name);
     let json = serde_json::json!({
         "adapter": adapter,
         "batch_size": batch_size,
@@ -258,7 +257,7 @@ pub async fn quickstart_plan() -> Result<String, JsValue> {
         "precision": "f32",
         "predicted_peak_bytes": estimate.total,
         "peak_in_use_bytes": estimate.peak_in_use,
-        "largest_tensor_bytes": memory::inference_bytes_per_image(&config.model, 10, (px, px)) * batch_size as u64,
+        "largest_tensor_bytes": memory::inference_bytes_per_image(&config.model, CLASSES, (px, px)) * batch_size as u64,
         "buffer_limit_bytes": limit,
         "buffer_check": check.map_or_else(|e| e.to_string(), |()| "ok".to_string()),
     });
@@ -277,7 +276,7 @@ pub async fn quickstart_plan() -> Result<String, JsValue> {
 /// per-buffer limit (mode `none` runs an image at its own size), or the device fails.
 #[wasm_bindgen]
 pub async fn predict(bytes: Vec<u8>, name: String, k: u32) -> Result<String, JsValue> {
-    let (predictor, limit) =
+    let predictor =
         PREDICTOR.with(|p| p.borrow().clone()).ok_or_else(|| js_error("nothing to predict with yet: train first"))?;
     let path = Path::new(&name);
     let image = predictor.decode_image(&bytes, path).map_err(js_error)?;
@@ -286,20 +285,6 @@ pub async fn predict(bytes: Vec<u8>, name: String, k: u32) -> Result<String, JsV
         Error::Preprocess(m) => js_error(Error::Image { path: path.into(), fault: ImageFault::Unusable(m) }),
         other => js_error(format!("{name}: {other}")),
     };
-    // Native prediction runs an image the adapter's buffers cannot hold on the CPU; a page has
-    // no memory for that (wasm's 4 GiB), so such an image is refused before anything runs.
-    let (width, height) = predictor.metadata.preprocess.output_size_for(image.dimensions()).map_err(named)?;
-    let classes = predictor.metadata.class_names.len();
-    let per_image =
-        memory::inference_bytes_per_image(&predictor.metadata.model, classes, (height as usize, width as usize));
-    if per_image > limit {
-        return Err(js_error(format!(
-            "{name}: a {width}x{height} input needs a {} tensor but this adapter allows {} per buffer; use a \
-             smaller image",
-            memory::human_bytes(per_image),
-            memory::human_bytes(limit)
-        )));
-    }
     let probs = predictor.probabilities_async(std::slice::from_ref(&image)).await.map_err(named)?;
     let top = predictor.top(&probs[0], k as usize);
     serde_json::to_string(&top).map_err(js_error)

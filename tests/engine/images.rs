@@ -54,12 +54,18 @@ fn c06_rgba_prediction_input_is_white_not_blue() {
 
 /// An untrained 3-class predictor on burn flex whose inputs are resized and cropped to `crop_size`.
 fn flex_predictor(crop_size: usize) -> vramfit::infer::Predictor {
+    let (model, metadata) = flex_model(crop_size);
+    vramfit::infer::Predictor::from_model(model, metadata, burn::tensor::Device::flex())
+}
+
+/// An untrained 3-class model on burn flex and its metadata (inputs resized and cropped to
+/// `crop_size`).
+fn flex_model(crop_size: usize) -> (vramfit::model::Classifier, vramfit::export::ModelMetadata) {
     let mut config = Config::default();
     config.data.preprocess = PreprocessConfig { mode: PreprocessMode::ResizeAndCrop, load_size: crop_size, crop_size };
     let classes = ["a".to_string(), "b".into(), "c".into()];
     let metadata = vramfit::export::ModelMetadata::new(&config, &classes, 0, Default::default());
-    let model = vramfit::model::Classifier::new(&config.model, 3, &burn::tensor::Device::flex());
-    vramfit::infer::Predictor::from_model(model, metadata, burn::tensor::Device::flex())
+    (vramfit::model::Classifier::new(&config.model, 3, &burn::tensor::Device::flex()), metadata)
 }
 
 /// A file's bytes (what a page gets from a dropped file) decode to the pixels its path does,
@@ -83,6 +89,21 @@ fn prediction_from_dropped_bytes_matches_prediction_from_the_file() {
             (predictor.predict_image(&from_file, 3).unwrap(), predictor.predict_image(&from_bytes, 3).unwrap());
         assert_eq!(a, b, "{file}");
     }
+    // An input over the device's per-buffer limit runs on the CPU with a notice, or, where there
+    // is no CPU to spare (a page), is refused with the sizes before it is preprocessed.
+    let img = predictor.load_image(&cases().join("C06/rgba_hidden_blue.png")).unwrap();
+    let (model, metadata) = flex_model(32);
+    let flex = burn::tensor::Device::flex;
+    let capped = |m: &vramfit::model::Classifier| {
+        vramfit::infer::Predictor::from_model(m.clone(), metadata.clone(), flex()).with_buffer_limit(Some(1024))
+    };
+    let uncapped = vramfit::infer::Predictor::from_model(model.clone(), metadata.clone(), flex());
+    let fallback = capped(&model);
+    assert_eq!(fallback.predict_image(&img, 3).unwrap(), uncapped.predict_image(&img, 3).unwrap());
+    assert!(fallback.take_notices().iter().any(|n| n.contains("32x32 input") && n.ends_with("predicted on the CPU")));
+    assert!(uncapped.take_notices().is_empty());
+    let err = capped(&model).without_cpu_fallback().predict_image(&img, 3).unwrap_err();
+    assert!(matches!(err, vramfit::Error::Memory(_)) && err.to_string().contains("32x32 input"), "{err}");
     // The C06 file's hidden blue becomes white through the bytes path too.
     let c06 = predictor
         .decode_image(&std::fs::read(cases().join("C06/rgba_hidden_blue_224.png")).unwrap(), Path::new("x.png"));
