@@ -149,17 +149,25 @@ impl VramfitApp {
     /// # Panics
     /// As [`Self::new`].
     pub fn with_options(settings: Settings, options: AppOptions) -> Self {
+        #[allow(clippy::expect_used)] // tests and callers that cannot report it; the window uses `try_with_options`
+        Self::try_with_options(settings, options).expect("cannot start the engine thread")
+    }
+
+    /// [`Self::with_options`], returning the error when the engine thread cannot be spawned
+    /// (the system is out of threads), for a window to report instead of crashing.
+    ///
+    /// # Errors
+    /// The spawn's [`std::io::Error`].
+    pub fn try_with_options(settings: Settings, options: AppOptions) -> std::io::Result<Self> {
         let adapters = device::list_adapters();
         let plan = memory::plan(&settings.config, 10);
         let repaint = std::sync::Arc::new(std::sync::OnceLock::<egui::Context>::new());
         let ctx = repaint.clone();
-        #[allow(clippy::expect_used)] // no thread for the engine: nothing the app could do
         let session = Session::start(move || {
             if let Some(ctx) = ctx.get() {
                 ctx.request_repaint();
             }
-        })
-        .expect("cannot start the engine thread");
+        })?;
         let mut app = Self {
             settings,
             adapters,
@@ -184,7 +192,7 @@ impl VramfitApp {
             options,
         };
         app.refresh();
-        app
+        Ok(app)
     }
 
     /// The settings (persisted between launches).
@@ -436,7 +444,9 @@ pub fn run() -> anyhow::Result<()> {
         Box::new(|cc| {
             let settings =
                 cc.storage.and_then(|s| eframe::get_value::<Settings>(s, eframe::APP_KEY)).unwrap_or_default();
-            Ok(Box::new(VramfitApp::new(settings)))
+            let app = VramfitApp::try_with_options(settings, AppOptions::default())
+                .map_err(|e| format!("cannot start the engine thread: {e}"))?;
+            Ok(Box::new(app))
         }),
     )
     .map_err(|e| {

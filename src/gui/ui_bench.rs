@@ -78,7 +78,8 @@ pub fn bench_ui(seconds: f64) -> anyhow::Result<UiBenchResult> {
         options,
         Box::new(move |_cc| {
             let options = AppOptions { runs_dir: dir, ..AppOptions::default() };
-            let app = VramfitApp::with_options(Settings::default(), options);
+            let app = VramfitApp::try_with_options(Settings::default(), options)
+                .map_err(|e| format!("cannot start the engine thread: {e}"))?;
             Ok(Box::new(BenchedApp { app, seconds, deadline: None, result: slot }))
         }),
     )
