@@ -246,7 +246,7 @@ mod tests {
         use crate::config::Precision::{F16, F32};
         let (name, config) = preset_for_card(8 << 30, 10, true).unwrap();
         assert_eq!((name.as_str(), &config), ("8gb", &load_config("8gb").unwrap()));
-        // lavapipe's 2 GiB: the 4gb preset's f32 batch 32 plans 2.05 GiB, over 80% of 2 GiB.
+        // lavapipe's 2 GiB: the 4gb preset's f32 batch 32 plans 1.92 GiB, over 80% of 2 GiB.
         let fitted = |f16| {
             let (name, config) = preset_for_card(2 << 30, 10, f16).unwrap();
             assert_eq!(name, "4gb fitted to 2.0 GiB");

@@ -204,9 +204,9 @@ pub fn plan_report(config: &Config, p: &memory::Plan) -> String {
         config.train.precision,
         if config.train.checkpointing { "on" } else { "off" }
     );
-    let mut row = |name: &str, v: u64| s.push_str(&format!("  {name:<36}{:>12}\n", human_bytes(v)));
+    let mut row = |name: &str, v: u64| s.push_str(&format!("  {name:<54}{:>12}\n", human_bytes(v)));
     row("parameters", e.parameters);
-    row("gradients", e.gradients);
+    row("gradients (live at the peak)", e.gradients);
     row("optimizer state (AdamW)", e.optimizer_state);
     row("f16 weight copies", e.weight_casts);
     row("input batch", e.input_batch);
@@ -222,8 +222,15 @@ pub fn plan_report(config: &Config, p: &memory::Plan) -> String {
     }
     row("workspace (backward pass)", e.workspace);
     row("peak in use", e.peak_in_use);
-    row(&format!("pool pages (8 MiB + {} x {})", e.pool_slack_pages, human_bytes(e.page_size)), e.allocator_overhead);
-    s.push_str(&format!("  {:<36}{:>12}\n", "predicted peak (reserved)", human_bytes(e.total)));
+    let pages = format!("{} x {}", e.pool_slack_pages, human_bytes(e.page_size));
+    let uncapped = memory::SMALL_POOL_PAGE + (e.pool_slack_pages * e.page_size as f64) as u64;
+    let capped = if e.allocator_overhead < uncapped {
+        format!(", at most {}", human_bytes(memory::MAX_SLACK_WITHOUT_CHECKPOINTING))
+    } else {
+        String::new()
+    };
+    row(&format!("pool pages (8 MiB + {pages}{capped})"), e.allocator_overhead);
+    s.push_str(&format!("  {:<54}{:>12}\n", "predicted peak (reserved)", human_bytes(e.total)));
     s.push_str(&format!("budget {}: {}\n", human_bytes(p.budget_bytes), p.verdict()));
     let effective = config.train.batch_size * config.train.grad_accum_steps;
     if p.fit_batch_size == 0 {
