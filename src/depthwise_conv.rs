@@ -41,7 +41,7 @@ use burn::tensor::{DType, Tensor};
 use rayon::prelude::*;
 
 use crate::cpu_tensor::{flex, nd};
-use crate::gelu::{VectorUnit, runs_on_cpu_backend, vector_unit};
+use crate::gelu::{PORTABLE_FMA, VectorUnit, madd, runs_on_cpu_backend, vector_unit};
 
 /// Depthwise 3x3 convolution without bias, padding 1, stride `stride` in both directions.
 ///
@@ -304,7 +304,7 @@ fn dispatch(unit: VectorUnit, plane: Plane<'_>, geom: &Geometry, scratch: &mut S
         // SAFETY: vector_unit() answers Avx2Fma only when the CPU has AVX2 and FMA.
         #[cfg(target_arch = "x86_64")]
         VectorUnit::Avx2Fma => unsafe { x86::plane_avx2(plane, geom, scratch) },
-        _ => run_plane(plane, geom, scratch),
+        _ => run_plane::<PORTABLE_FMA>(plane, geom, scratch),
     }
 }
 
@@ -314,19 +314,19 @@ mod x86 {
     use super::{Geometry, Plane, Scratch};
     #[target_feature(enable = "avx512f")]
     pub fn plane_avx512(plane: Plane<'_>, geom: &Geometry, scratch: &mut Scratch) {
-        super::run_plane(plane, geom, scratch);
+        super::run_plane::<true>(plane, geom, scratch);
     }
     #[target_feature(enable = "avx2,fma")]
     pub fn plane_avx2(plane: Plane<'_>, geom: &Geometry, scratch: &mut Scratch) {
-        super::run_plane(plane, geom, scratch);
+        super::run_plane::<true>(plane, geom, scratch);
     }
 }
 
 #[inline(always)]
-fn run_plane(plane: Plane<'_>, geom: &Geometry, scratch: &mut Scratch) {
+fn run_plane<const FMA: bool>(plane: Plane<'_>, geom: &Geometry, scratch: &mut Scratch) {
     match plane {
-        Plane::Forward { x, weight, out } => forward_plane(x, weight, out, geom, scratch),
-        Plane::Backward { x, dy, weight, dx, dw } => backward_plane(x, dy, weight, dx, dw, geom, scratch),
+        Plane::Forward { x, weight, out } => forward_plane::<FMA>(x, weight, out, geom, scratch),
+        Plane::Backward { x, dy, weight, dx, dw } => backward_plane::<FMA>(x, dy, weight, dx, dw, geom, scratch),
     }
 }
 
@@ -348,10 +348,16 @@ fn split_into_phases(x: &[f32], geom: &Geometry, scratch: &mut Scratch) {
         if s == 1 {
             phases[base + 1..base + 1 + w].copy_from_slice(row);
         } else {
-            // Padded column iw + 1: even columns go to phase b = 0, odd ones to b = 1.
-            for (iw, &v) in row.iter().enumerate() {
-                let pw = iw + 1;
-                phases[base + (pw % 2) * len + pw / 2] = v;
+            // Padded column pw = iw + 1 goes to phase b = pw % 2 at pw / 2: even iw = 2j to
+            // phase 1 at j, odd iw = 2j + 1 to phase 0 at j + 1 (two branch-free loops; one
+            // loop choosing the phase per element went scalar).
+            let odd = &mut phases[base + len..][..w.div_ceil(2)];
+            for (d, &v) in odd.iter_mut().zip(row.iter().step_by(2)) {
+                *d = v;
+            }
+            let even = &mut phases[base + 1..][..w / 2];
+            for (d, &v) in even.iter_mut().zip(row.iter().skip(1).step_by(2)) {
+                *d = v;
             }
         }
     }
@@ -377,7 +383,7 @@ fn merge_from_phases(phases: &[f32], geom: &Geometry, x: &mut [f32]) {
 }
 
 #[inline(always)]
-fn forward_plane(x: &[f32], weight: &[f32], out: &mut [f32], geom: &Geometry, scratch: &mut Scratch) {
+fn forward_plane<const FMA: bool>(x: &[f32], weight: &[f32], out: &mut [f32], geom: &Geometry, scratch: &mut Scratch) {
     split_into_phases(x, geom, scratch);
     let n = geom.wide_len();
     scratch.wide.resize(n, 0.0); // every element is written below
@@ -391,7 +397,7 @@ fn forward_plane(x: &[f32], weight: &[f32], out: &mut [f32], geom: &Geometry, sc
     for (i, o) in scratch.wide.iter_mut().enumerate() {
         let mut acc = 0.0;
         for k in 0..9 {
-            acc += w[k] * taps[k][i];
+            acc = madd::<FMA>(w[k], taps[k][i], acc);
         }
         *o = acc;
     }
@@ -402,7 +408,7 @@ fn forward_plane(x: &[f32], weight: &[f32], out: &mut [f32], geom: &Geometry, sc
 }
 
 #[inline(always)]
-fn backward_plane(
+fn backward_plane<const FMA: bool>(
     x: &[f32],
     dy: &[f32],
     weight: &[f32],
@@ -424,7 +430,7 @@ fn backward_plane(
         for kw in 0..3 {
             let (phase, offset) = geom.tap(kh, kw);
             let src = &scratch.phases[phase * geom.phase_len + offset..][..n];
-            dw[kh * 3 + kw] = dot(&scratch.wide, src);
+            dw[kh * 3 + kw] = dot::<FMA>(&scratch.wide, src);
         }
     }
     // Input gradient: scatter w dy_wide into zeroed phases, then unpad.
@@ -436,7 +442,7 @@ fn backward_plane(
             let dst = &mut scratch.phases[phase * geom.phase_len + offset..][..n];
             let wv = weight[kh * 3 + kw];
             for (d, &g) in dst.iter_mut().zip(&scratch.wide) {
-                *d += wv * g;
+                *d = madd::<FMA>(wv, g, *d);
             }
         }
     }
@@ -445,14 +451,14 @@ fn backward_plane(
 
 /// `Σ a_i b_i` in 16 independent partial sums (so the compiler vectorizes it).
 #[inline(always)]
-fn dot(a: &[f32], b: &[f32]) -> f32 {
+fn dot<const FMA: bool>(a: &[f32], b: &[f32]) -> f32 {
     const LANES: usize = 16;
     let mut acc = [0f32; LANES];
     let (ca, cb) = (a.chunks_exact(LANES), b.chunks_exact(LANES));
     let tail: f32 = ca.remainder().iter().zip(cb.remainder()).map(|(x, y)| x * y).sum();
     for (x, y) in ca.zip(cb) {
         for l in 0..LANES {
-            acc[l] += x[l] * y[l];
+            acc[l] = madd::<FMA>(x[l], y[l], acc[l]);
         }
     }
     acc.iter().sum::<f32>() + tail
@@ -501,8 +507,10 @@ mod tests {
     #[test]
     fn depthwise_matches_burn_conv2d() {
         let flex = Device::flex();
-        let sizes = [(7, 5), (8, 9), (14, 14), (4, 4), (1, 3), (3, 1), (2, 2), (1, 1)];
+        let sizes = [(7, 5), (8, 9), (14, 14), (4, 4), (1, 3), (3, 1), (2, 2), (1, 1), (33, 34)];
         for (i, (h, w)) in sizes.into_iter().enumerate() {
+            // dw sums B H W products, in another order than burn's: f32 rounding grows with it.
+            let tol = if h * w > 256 { 1e-4 } else { 1e-5 };
             let weight = normal(&[3, 1, 3, 3], 0.0, 1.0, 100 + i as u64);
             for strided in [false, true] {
                 let dims = if strided { [2, 3, w, h] } else { [2, 3, h, w] };
@@ -521,7 +529,7 @@ mod tests {
                                 eprintln!(
                                     "{what}: {h}x{w} (strided {strided}), stride {stride}, {base:?}, checkpointing {checkpointing}"
                                 );
-                                got.assert_approx_eq::<f32>(want, Tolerance::absolute(1e-5).set_relative(1e-5));
+                                got.assert_approx_eq::<f32>(want, Tolerance::absolute(tol).set_relative(tol));
                             }
                         }
                     }

@@ -259,7 +259,7 @@ fn gelu_f32_serial(x: &[f32], out: &mut [f32]) {
         // SAFETY: vector_unit() answers Avx2Fma only when the CPU has AVX2 and FMA.
         #[cfg(target_arch = "x86_64")]
         VectorUnit::Avx2Fma => unsafe { x86::gelu_avx2(x, out) },
-        _ => gelu_portable(x, out),
+        _ => gelu_portable::<PORTABLE_FMA>(x, out),
     }
 }
 
@@ -272,23 +272,35 @@ fn gelu_backward_f32_serial(x: &[f32], grad: &[f32], out: &mut [f32]) {
         // SAFETY: vector_unit() answers Avx2Fma only when the CPU has AVX2 and FMA.
         #[cfg(target_arch = "x86_64")]
         VectorUnit::Avx2Fma => unsafe { x86::gelu_backward_avx2(x, grad, out) },
-        _ => gelu_backward_portable(x, grad, out),
+        _ => gelu_backward_portable::<PORTABLE_FMA>(x, grad, out),
     }
 }
 
+/// Whether the portable kernels (no run-time detected vector unit) may use fused multiply-adds:
+/// on aarch64 every CPU has them; elsewhere `mul_add` without hardware FMA is a slow library
+/// call.
+pub(crate) const PORTABLE_FMA: bool = cfg!(target_arch = "aarch64");
+
+/// `a b + c`: one fused multiply-add when `FMA` (the caller is compiled for a CPU that has one),
+/// else a multiply and an add. A fused one rounds once, so results differ in the last bit.
 #[inline(always)]
-fn gelu_portable(x: &[f32], out: &mut [f32]) {
+pub(crate) fn madd<const FMA: bool>(a: f32, b: f32, c: f32) -> f32 {
+    if FMA { a.mul_add(b, c) } else { a * b + c }
+}
+
+#[inline(always)]
+fn gelu_portable<const FMA: bool>(x: &[f32], out: &mut [f32]) {
     for (o, &v) in out.iter_mut().zip(x) {
-        let (cdf, _) = cdf_and_density(v);
+        let (cdf, _) = cdf_and_density::<FMA>(v);
         *o = v * cdf;
     }
 }
 
 #[inline(always)]
-fn gelu_backward_portable(x: &[f32], grad: &[f32], out: &mut [f32]) {
+fn gelu_backward_portable<const FMA: bool>(x: &[f32], grad: &[f32], out: &mut [f32]) {
     for ((o, &v), &g) in out.iter_mut().zip(x).zip(grad) {
-        let (cdf, density) = cdf_and_density(v);
-        *o = g * (cdf + v * density);
+        let (cdf, density) = cdf_and_density::<FMA>(v);
+        *o = g * madd::<FMA>(v, density, cdf);
     }
 }
 
@@ -297,26 +309,26 @@ fn gelu_backward_portable(x: &[f32], grad: &[f32], out: &mut [f32]) {
 mod x86 {
     #[target_feature(enable = "avx512f")]
     pub fn gelu_avx512(x: &[f32], out: &mut [f32]) {
-        super::gelu_portable(x, out);
+        super::gelu_portable::<true>(x, out);
     }
     #[target_feature(enable = "avx2,fma")]
     pub fn gelu_avx2(x: &[f32], out: &mut [f32]) {
-        super::gelu_portable(x, out);
+        super::gelu_portable::<true>(x, out);
     }
     #[target_feature(enable = "avx512f")]
     pub fn gelu_backward_avx512(x: &[f32], grad: &[f32], out: &mut [f32]) {
-        super::gelu_backward_portable(x, grad, out);
+        super::gelu_backward_portable::<true>(x, grad, out);
     }
     #[target_feature(enable = "avx2,fma")]
     pub fn gelu_backward_avx2(x: &[f32], grad: &[f32], out: &mut [f32]) {
-        super::gelu_backward_portable(x, grad, out);
+        super::gelu_backward_portable::<true>(x, grad, out);
     }
 }
 
 /// `(Φ(x), φ(x))`: the standard normal CDF and density at `x`, branch-free (see module docs).
 #[inline(always)]
 #[allow(clippy::excessive_precision)] // the coefficients as published, not rounded by hand
-pub(crate) fn cdf_and_density(x: f32) -> (f32, f32) {
+pub(crate) fn cdf_and_density<const FMA: bool>(x: f32) -> (f32, f32) {
     // Abramowitz & Stegun, Handbook of Mathematical Functions (1964), formula 7.1.26.
     const P: f32 = 0.327_591_1;
     const A1: f32 = 0.254_829_592;
@@ -326,9 +338,13 @@ pub(crate) fn cdf_and_density(x: f32) -> (f32, f32) {
     const A5: f32 = 1.061_405_429;
     const INV_SQRT_2PI: f32 = 0.398_942_28;
     let z = x.abs() * std::f32::consts::FRAC_1_SQRT_2;
-    let t = 1.0 / (1.0 + P * z);
-    let e = exp_nonpositive(-z * z);
-    let half_erfc = 0.5 * t * (A1 + t * (A2 + t * (A3 + t * (A4 + t * A5)))) * e;
+    let t = 1.0 / madd::<FMA>(P, z, 1.0);
+    let e = exp_nonpositive::<FMA>(-z * z);
+    let poly = madd::<FMA>(t, A5, A4);
+    let poly = madd::<FMA>(t, poly, A3);
+    let poly = madd::<FMA>(t, poly, A2);
+    let poly = madd::<FMA>(t, poly, A1);
+    let half_erfc = 0.5 * t * poly * e;
     let cdf = if x >= 0.0 { 1.0 - half_erfc } else { half_erfc };
     (cdf, e * INV_SQRT_2PI)
 }
@@ -339,23 +355,23 @@ pub(crate) fn cdf_and_density(x: f32) -> (f32, f32) {
 /// (relative error about 1e-7), `2^k` written into the exponent bits.
 #[inline(always)]
 #[allow(clippy::excessive_precision)] // the coefficients as published, not rounded by hand
-fn exp_nonpositive(v: f32) -> f32 {
+fn exp_nonpositive<const FMA: bool>(v: f32) -> f32 {
     const LN2_HI: f32 = 0.693_359_4;
     const LN2_LO: f32 = -2.121_944_4e-4;
     // Adding and subtracting 1.5 * 2^23 rounds to the nearest integer in f32 arithmetic.
     const ROUND: f32 = 12_582_912.0;
     let clamped = v < -87.0;
     let v = v.max(-87.0);
-    let rounded = v * std::f32::consts::LOG2_E + ROUND;
+    let rounded = madd::<FMA>(v, std::f32::consts::LOG2_E, ROUND);
     let k = rounded - ROUND;
-    let r = (v - k * LN2_HI) - k * LN2_LO;
+    let r = madd::<FMA>(-k, LN2_LO, madd::<FMA>(-k, LN2_HI, v));
     let p = 1.987_569_1e-4;
-    let p = p * r + 1.398_199_9e-3;
-    let p = p * r + 8.333_452e-3;
-    let p = p * r + 4.166_579_6e-2;
-    let p = p * r + 1.666_666_5e-1;
-    let p = p * r + 5.000_000_1e-1;
-    let exp_r = p * r * r + r + 1.0;
+    let p = madd::<FMA>(p, r, 1.398_199_9e-3);
+    let p = madd::<FMA>(p, r, 8.333_452e-3);
+    let p = madd::<FMA>(p, r, 4.166_579_6e-2);
+    let p = madd::<FMA>(p, r, 1.666_666_5e-1);
+    let p = madd::<FMA>(p, r, 5.000_000_1e-1);
+    let exp_r = madd::<FMA>(p * r, r, r) + 1.0;
     // k is an integer in [-126, 0], so k + 127 is a valid biased exponent. `rounded` and ROUND
     // share their exponent, so k is also the difference of their bit patterns: integer
     // arithmetic that vectorizes, where `k as i32` (a saturating conversion) went scalar.
@@ -378,8 +394,9 @@ mod tests {
     fn exp_matches_std_on_its_range() {
         for i in 0..87_000 {
             let v = -(i as f32) * 1e-3;
-            let (got, want) = (exp_nonpositive(v), v.exp());
-            assert!((got - want).abs() <= 2.5e-7 * want, "exp({v}) = {got}, want {want}");
+            for (got, want) in [(exp_nonpositive::<false>(v), v.exp()), (exp_nonpositive::<true>(v), v.exp())] {
+                assert!((got - want).abs() <= 2.5e-7 * want, "exp({v}) = {got}, want {want}");
+            }
         }
     }
 
@@ -389,8 +406,14 @@ mod tests {
         let (mut fast, mut fast_grad) = (vec![0.0; x.len()], vec![0.0; x.len()]);
         gelu_f32(&x, &mut fast);
         gelu_backward_f32(&x, &vec![1.0; x.len()], &mut fast_grad);
+        // The dispatched kernel is the portable loop compiled for the detected unit: bit for bit
+        // the same, with fused multiply-adds where that unit has them.
         let mut portable = vec![0.0; x.len()];
-        gelu_portable(&x, &mut portable);
+        if matches!(vector_unit(), VectorUnit::Portable) {
+            gelu_portable::<PORTABLE_FMA>(&x, &mut portable);
+        } else {
+            gelu_portable::<true>(&x, &mut portable);
+        }
         let device = Device::flex();
         let t =
             Tensor::<1>::from_data(TensorData::new(x.clone(), [x.len()]), &device.clone().autodiff()).require_grad();

@@ -51,7 +51,7 @@ use burn::tensor::{DType, Tensor};
 use rayon::prelude::*;
 
 use crate::cpu_tensor::{flex, nd};
-use crate::gelu::cdf_and_density;
+use crate::gelu::{PORTABLE_FMA, cdf_and_density, madd};
 use crate::gelu::{VectorUnit, runs_on_cpu_backend, vector_unit};
 
 /// `gelu(group_norm(x))` with `norm`'s groups, epsilon and affine parameters.
@@ -416,7 +416,7 @@ fn dispatch_forward(unit: VectorUnit, x: &[f32], params: (&[f32], &[f32]), hw: u
         // SAFETY: vector_unit() answers Avx2Fma only when the CPU has AVX2 and FMA.
         #[cfg(target_arch = "x86_64")]
         VectorUnit::Avx2Fma => unsafe { x86::forward_avx2(x, params, hw, eps, out) },
-        _ => forward_group(x, params, hw, eps, out),
+        _ => forward_group::<PORTABLE_FMA>(x, params, hw, eps, out),
     }
 }
 
@@ -439,7 +439,7 @@ fn dispatch_backward(
         // SAFETY: vector_unit() answers Avx2Fma only when the CPU has AVX2 and FMA.
         #[cfg(target_arch = "x86_64")]
         VectorUnit::Avx2Fma => unsafe { x86::backward_avx2(x, dy, params, hw, eps, dx, sums) },
-        _ => backward_group(x, dy, params, hw, eps, dx, sums),
+        _ => backward_group::<PORTABLE_FMA>(x, dy, params, hw, eps, dx, sums),
     }
 }
 
@@ -448,11 +448,11 @@ fn dispatch_backward(
 mod x86 {
     #[target_feature(enable = "avx512f")]
     pub fn forward_avx512(x: &[f32], params: (&[f32], &[f32]), hw: usize, eps: f32, out: &mut [f32]) {
-        super::forward_group(x, params, hw, eps, out);
+        super::forward_group::<true>(x, params, hw, eps, out);
     }
     #[target_feature(enable = "avx2,fma")]
     pub fn forward_avx2(x: &[f32], params: (&[f32], &[f32]), hw: usize, eps: f32, out: &mut [f32]) {
-        super::forward_group(x, params, hw, eps, out);
+        super::forward_group::<true>(x, params, hw, eps, out);
     }
     #[target_feature(enable = "avx512f")]
     pub fn backward_avx512(
@@ -464,7 +464,7 @@ mod x86 {
         dx: &mut [f32],
         sums: (&mut [f32], &mut [f32]),
     ) {
-        super::backward_group(x, dy, params, hw, eps, dx, sums);
+        super::backward_group::<true>(x, dy, params, hw, eps, dx, sums);
     }
     #[target_feature(enable = "avx2,fma")]
     pub fn backward_avx2(
@@ -476,7 +476,7 @@ mod x86 {
         dx: &mut [f32],
         sums: (&mut [f32], &mut [f32]),
     ) {
-        super::backward_group(x, dy, params, hw, eps, dx, sums);
+        super::backward_group::<true>(x, dy, params, hw, eps, dx, sums);
     }
 }
 
@@ -509,21 +509,22 @@ fn lane_sum(x: &[f32], f: impl Fn(f32) -> f32) -> f32 {
 
 /// One group: `out = gelu(γ_c (x - mean) rstd + β_c)`, channel by channel (`hw` elements each).
 #[inline(always)]
-fn forward_group(x: &[f32], (gamma, beta): (&[f32], &[f32]), hw: usize, eps: f32, out: &mut [f32]) {
+fn forward_group<const FMA: bool>(x: &[f32], (gamma, beta): (&[f32], &[f32]), hw: usize, eps: f32, out: &mut [f32]) {
     let (mean, rstd) = mean_rstd(x, eps);
     for (c, (x, out)) in x.chunks_exact(hw).zip(out.chunks_exact_mut(hw)).enumerate() {
-        let scale = gamma[c] * rstd;
-        let shift = beta[c] - mean * scale;
+        let (scale, shift) = (gamma[c] * rstd, beta[c]);
         for (o, &v) in out.iter_mut().zip(x) {
-            let p = v * scale + shift;
-            *o = p * cdf_and_density(p).0;
+            // Centred first: x = mean gives exactly β (a folded `x scale + (β - mean scale)`
+            // cancels only to rounding, large when rstd is).
+            let p = madd::<FMA>(v - mean, scale, shift);
+            *o = p * cdf_and_density::<FMA>(p).0;
         }
     }
 }
 
 /// One group's input gradient into `dx`, and per channel `Σ dp` and `Σ dp xhat` into `sums`.
 #[inline(always)]
-fn backward_group(
+fn backward_group<const FMA: bool>(
     x: &[f32],
     dy: &[f32],
     (gamma, beta): (&[f32], &[f32]),
@@ -539,7 +540,7 @@ fn backward_group(
     for c in 0..gamma.len() {
         let range = c * hw..(c + 1) * hw;
         let (s, sx) =
-            dp_channel(&x[range.clone()], &dy[range.clone()], (mean, rstd), (gamma[c], beta[c]), &mut dx[range]);
+            dp_channel::<FMA>(&x[range.clone()], &dy[range.clone()], (mean, rstd), (gamma[c], beta[c]), &mut dx[range]);
         sum_dp[c] = s;
         sum_dp_xhat[c] = sx;
         mean_dxhat += gamma[c] * s / n;
@@ -557,12 +558,18 @@ fn backward_group(
 
 /// One channel of pass 1: `dp = dy gelu'(γ xhat + β)` into `dp`; returns `(Σ dp, Σ dp xhat)`.
 #[inline(always)]
-fn dp_channel(x: &[f32], dy: &[f32], (mean, rstd): (f32, f32), (g, b): (f32, f32), dp: &mut [f32]) -> (f32, f32) {
+fn dp_channel<const FMA: bool>(
+    x: &[f32],
+    dy: &[f32],
+    (mean, rstd): (f32, f32),
+    (g, b): (f32, f32),
+    dp: &mut [f32],
+) -> (f32, f32) {
     let one = |v: f32, d: f32| {
         let xhat = (v - mean) * rstd;
-        let p = g * xhat + b;
-        let (cdf, density) = cdf_and_density(p);
-        let dp = d * (cdf + p * density);
+        let p = madd::<FMA>(g, xhat, b);
+        let (cdf, density) = cdf_and_density::<FMA>(p);
+        let dp = d * madd::<FMA>(p, density, cdf);
         (dp, xhat)
     };
     let (mut acc, mut acc_x) = ([0f32; LANES], [0f32; LANES]);
