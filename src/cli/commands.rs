@@ -225,7 +225,7 @@ pub fn plan_report(config: &Config, p: &memory::Plan) -> String {
     let pages = format!("{} x {}", e.pool_slack_pages, human_bytes(e.page_size));
     let uncapped = memory::SMALL_POOL_PAGE + (e.pool_slack_pages * e.page_size as f64) as u64;
     let capped = if e.allocator_overhead < uncapped {
-        format!(", at most {}", human_bytes(memory::MAX_SLACK_WITHOUT_CHECKPOINTING))
+        format!(", capped at {}", human_bytes(memory::max_slack_without_checkpointing(e.page_size)))
     } else {
         String::new()
     };
