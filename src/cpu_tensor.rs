@@ -22,6 +22,17 @@ pub mod flex {
         t.as_slice::<f32>().expect("vramfit's CPU kernels take f32 tensors (their callers check the dtype)")
     }
 
+    /// The f32 values of `t` to overwrite in place: `Some` when `t` is f32, contiguous and the
+    /// only holder of its storage (no other tensor sees the write, e.g. a convolution's output
+    /// at inference); `None` otherwise, and then nothing is copied.
+    pub fn unique_f32s_mut(t: &mut FlexTensor) -> Option<&mut [f32]> {
+        if t.dtype() != DType::F32 {
+            return None;
+        }
+        let (start, end) = t.layout().contiguous_offsets()?;
+        t.try_storage_mut::<f32>()?.get_mut(start..end)
+    }
+
     /// The tensor's dims.
     pub fn dims(t: &FlexTensor) -> &[usize] {
         t.layout().shape()

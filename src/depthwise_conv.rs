@@ -36,12 +36,14 @@ use burn::backend::autodiff::ops::{Backward, Ops, OpsKind};
 use burn::backend::autodiff::{Autodiff, NodeId};
 use burn::backend::tensor::FloatTensor;
 use burn::backend::{Backend, Dispatch, Flex, NdArray, backend_extension};
+use burn::nn::GroupNorm;
 use burn::tensor::ops::ConvOptions;
 use burn::tensor::{DType, Tensor};
 use rayon::prelude::*;
 
 use crate::cpu_tensor::{flex, nd};
 use crate::gelu::{PORTABLE_FMA, VectorUnit, madd, runs_on_cpu_backend, vector_unit};
+use crate::group_norm_gelu::{Groups, forward_group_in_place, group_norm_gelu};
 
 /// Depthwise 3x3 convolution without bias, padding 1, stride `stride` in both directions.
 ///
@@ -52,16 +54,8 @@ use crate::gelu::{PORTABLE_FMA, VectorUnit, madd, runs_on_cpu_backend, vector_un
 /// f32 tensors on a CPU backend (flex, ndarray, or autodiff over either) with stride 1 or 2 take
 /// the kernels here; anything else takes burn's `conv2d` with `groups = C`.
 pub fn depthwise_conv3x3(x: Tensor<4>, weight: Tensor<4>, stride: usize) -> Tensor<4> {
-    let [_, c, h, w] = x.dims();
-    let fast = x.dtype() == DType::F32
-        && h > 0
-        && w > 0
-        && weight.dtype() == DType::F32
-        && (stride == 1 || stride == 2)
-        && weight.dims() == [c, 1, 3, 3]
-        && runs_on_cpu_backend(&x.device());
-    if !fast {
-        let options = ConvOptions::new([stride, stride], [1, 1], [1, 1], c);
+    if !takes_cpu_kernel(&x, &weight, stride) {
+        let options = ConvOptions::new([stride, stride], [1, 1], [1, 1], x.dims()[1]);
         return burn::tensor::module::conv2d(x, weight, None, options);
     }
     Tensor::from_dispatch(<Dispatch as CpuDepthwise>::cpu_depthwise3x3(
@@ -69,6 +63,118 @@ pub fn depthwise_conv3x3(x: Tensor<4>, weight: Tensor<4>, stride: usize) -> Tens
         weight.into_dispatch(),
         stride,
     ))
+}
+
+/// Whether [`depthwise_conv3x3`] takes the kernels here: f32 `x` (`[B, C, H, W]`, not empty) and
+/// `weight` (`[C, 1, 3, 3]`) on a CPU backend, stride 1 or 2.
+fn takes_cpu_kernel(x: &Tensor<4>, weight: &Tensor<4>, stride: usize) -> bool {
+    let [_, c, h, w] = x.dims();
+    x.dtype() == DType::F32
+        && h > 0
+        && w > 0
+        && weight.dtype() == DType::F32
+        && (stride == 1 || stride == 2)
+        && weight.dims() == [c, 1, 3, 3]
+        && runs_on_cpu_backend(&x.device())
+}
+
+/// `gelu(group_norm(depthwise_conv3x3(x, weight, stride)))`, `norm`'s groups, epsilon and
+/// affine parameters, the depthwise layer with its norm and activation as the network runs it.
+///
+/// # Shapes
+/// As [`depthwise_conv3x3`]; `norm` has `C` channels.
+///
+/// At inference (a device without autodiff) on a CPU backend, where [`depthwise_conv3x3`] and
+/// [`crate::group_norm_gelu::group_norm_gelu`] both take vramfit's kernels, this is one fused
+/// pass: each task convolves the planes of one (sample, group) and normalizes them while they
+/// are in cache, so the convolution's output is written once and read once, with one dispatch
+/// to rayon instead of two. Everywhere else (training, GPUs, other dtypes) it is the two ops.
+pub fn depthwise_conv3x3_group_norm_gelu(
+    x: Tensor<4>,
+    weight: Tensor<4>,
+    stride: usize,
+    norm: &GroupNorm,
+) -> Tensor<4> {
+    let [_, c, _, _] = x.dims();
+    let params = match (&norm.gamma, &norm.beta) {
+        (Some(gamma), Some(beta)) => Some((gamma.val(), beta.val())),
+        _ => None,
+    };
+    let fused = params.filter(|(gamma, beta)| {
+        !x.device().is_autodiff()
+            && takes_cpu_kernel(&x, &weight, stride)
+            && gamma.dtype() == DType::F32
+            && beta.dtype() == DType::F32
+            && gamma.dims() == [c]
+            && beta.dims() == [c]
+            && c.is_multiple_of(norm.num_groups)
+    });
+    let Some((gamma, beta)) = fused else {
+        return group_norm_gelu(depthwise_conv3x3(x, weight, stride), norm);
+    };
+    Tensor::from_dispatch(<Dispatch as CpuDepthwiseGroupNormGelu>::cpu_depthwise3x3_group_norm_gelu(
+        x.into_dispatch(),
+        weight.into_dispatch(),
+        gamma.into_dispatch(),
+        beta.into_dispatch(),
+        stride,
+        norm.num_groups,
+        norm.epsilon,
+    ))
+}
+
+/// The fused inference op's backend extension (no autodiff: training takes the two ops).
+#[backend_extension(Flex, NdArray)]
+pub trait CpuDepthwiseGroupNormGelu: Backend {
+    /// Shapes: `x` `[B, C, H, W]`, `weight` `[C, 1, 3, 3]`, `gamma` and `beta` `[C]` ->
+    /// `[B, C, H', W']`.
+    #[allow(clippy::too_many_arguments)] // the two ops' arguments
+    fn cpu_depthwise3x3_group_norm_gelu(
+        x: FloatTensor<Self>,
+        weight: FloatTensor<Self>,
+        gamma: FloatTensor<Self>,
+        beta: FloatTensor<Self>,
+        stride: usize,
+        num_groups: usize,
+        epsilon: f64,
+    ) -> FloatTensor<Self>;
+}
+
+impl CpuDepthwiseGroupNormGelu for Flex {
+    fn cpu_depthwise3x3_group_norm_gelu(
+        x: FloatTensor<Self>,
+        weight: FloatTensor<Self>,
+        gamma: FloatTensor<Self>,
+        beta: FloatTensor<Self>,
+        stride: usize,
+        num_groups: usize,
+        epsilon: f64,
+    ) -> FloatTensor<Self> {
+        let [x, weight, gamma, beta] = [&x, &weight, &gamma, &beta].map(flex::contiguous);
+        let geom = Geometry::of(flex::dims(&x), stride);
+        let groups = Groups::of(&geom.out_dims(), num_groups, epsilon);
+        let params = (flex::f32s(&gamma), flex::f32s(&beta));
+        let out = forward_group_norm_gelu(&geom, &groups, flex::f32s(&x), flex::f32s(&weight), params);
+        flex::tensor_of_shape(out, geom.out_dims().to_vec())
+    }
+}
+
+impl CpuDepthwiseGroupNormGelu for NdArray {
+    fn cpu_depthwise3x3_group_norm_gelu(
+        x: FloatTensor<Self>,
+        weight: FloatTensor<Self>,
+        gamma: FloatTensor<Self>,
+        beta: FloatTensor<Self>,
+        stride: usize,
+        num_groups: usize,
+        epsilon: f64,
+    ) -> FloatTensor<Self> {
+        let [x, weight, gamma, beta] = [&x, &weight, &gamma, &beta].map(nd::contiguous);
+        let geom = Geometry::of(&x.1, stride);
+        let groups = Groups::of(&geom.out_dims(), num_groups, epsilon);
+        let out = forward_group_norm_gelu(&geom, &groups, &x.0, &weight.0, (&gamma.0, &beta.0));
+        nd::tensor(out, &geom.out_dims())
+    }
 }
 
 /// The backend extension (f32 only; [`depthwise_conv3x3`] checks dtype, stride and shapes).
@@ -243,6 +349,40 @@ pub fn forward(geom: &Geometry, x: &[f32], weight: &[f32]) -> Vec<f32> {
         .for_each_init(Scratch::default, |scratch, (i, (out, x))| {
             let c = i % geom.channels;
             dispatch(unit, Plane::Forward { x, weight: &weight[c * 9..c * 9 + 9], out }, geom, scratch);
+        });
+    out
+}
+
+/// `gelu(group_norm(forward(x, weight)))` with `groups` (over the output's dims) and `(γ, β)`:
+/// one task per run of (sample, group)s, each group's planes convolved and then normalized in
+/// place ([`crate::group_norm_gelu::forward_group_in_place`]) while they are in cache.
+pub fn forward_group_norm_gelu(
+    geom: &Geometry,
+    groups: &Groups,
+    x: &[f32],
+    weight: &[f32],
+    (gamma, beta): (&[f32], &[f32]),
+) -> Vec<f32> {
+    let (h, w) = geom.in_hw;
+    let (oh, ow) = geom.out_hw;
+    let mut out = vec![0f32; geom.batch * geom.channels * oh * ow];
+    if out.is_empty() {
+        return out;
+    }
+    let cpg = groups.channels_per_group();
+    let unit = vector_unit();
+    out.par_chunks_mut(cpg * oh * ow)
+        .zip(x.par_chunks(cpg * h * w))
+        .enumerate()
+        .with_min_len(groups.groups_per_task())
+        .for_each_init(Scratch::default, |scratch, (g, (out, x))| {
+            let first = (g % groups.groups) * cpg;
+            for (k, (out, x)) in out.chunks_exact_mut(oh * ow).zip(x.chunks_exact(h * w)).enumerate() {
+                let c = first + k;
+                dispatch(unit, Plane::Forward { x, weight: &weight[c * 9..c * 9 + 9], out }, geom, scratch);
+            }
+            let params = (&gamma[first..first + cpg], &beta[first..first + cpg]);
+            forward_group_in_place(unit, out, params, oh * ow, groups.epsilon);
         });
     out
 }
@@ -532,6 +672,38 @@ mod tests {
                                 got.assert_approx_eq::<f32>(want, Tolerance::absolute(tol).set_relative(tol));
                             }
                         }
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn the_fused_inference_op_matches_burn_conv2d_group_norm_and_gelu() {
+        // burn's own ops (conv2d with groups = C, burn-nn's GroupNorm, the exact GELU) on the
+        // same device are the reference for the fused pass, on both CPU backends; 12 channels
+        // in 3 groups (4 planes per group), strides 1 and 2, the network's plane sizes and odd
+        // ones, a non-contiguous input, and a batch large enough that rayon splits the groups.
+        use burn::nn::GroupNormConfig;
+        for base in [Device::flex(), Device::ndarray()] {
+            for (i, (b, h, w)) in [(2, 7, 5), (3, 14, 14), (64, 4, 4), (1, 1, 1), (40, 9, 8)].into_iter().enumerate() {
+                let seed = 10 * i as u64;
+                let weight = Tensor::<4>::from_data(normal(&[12, 1, 3, 3], 0.0, 1.0, seed), &base);
+                let mut norm = GroupNormConfig::new(3, 12).init(&base);
+                let param = |t: TensorData| Some(burn::module::Param::from_tensor(Tensor::<1>::from_data(t, &base)));
+                (norm.gamma, norm.beta) =
+                    (param(normal(&[12], 1.0, 0.5, seed + 1)), param(normal(&[12], 0.0, 0.5, seed + 2)));
+                for strided in [false, true] {
+                    let dims = if strided { [b, 12, w, h] } else { [b, 12, h, w] };
+                    let x = Tensor::<4>::from_data(normal(&dims, 0.5, 2.0, seed + 3), &base);
+                    let x = if strided { x.swap_dims(2, 3) } else { x };
+                    for stride in [1, 2] {
+                        let options = ConvOptions::new([stride, stride], [1, 1], [1, 1], 12);
+                        let conv = burn::tensor::module::conv2d(x.clone(), weight.clone(), None, options);
+                        let want = burn::tensor::activation::gelu(norm.forward(conv)).into_data();
+                        let got = depthwise_conv3x3_group_norm_gelu(x.clone(), weight.clone(), stride, &norm);
+                        eprintln!("{base:?} [{b}, 12, {h}, {w}] strided {strided}, stride {stride}");
+                        got.into_data().assert_approx_eq::<f32>(&want, Tolerance::absolute(2e-5).set_relative(1e-4));
                     }
                 }
             }

@@ -112,10 +112,18 @@ impl CpuGroupNormGelu for Flex {
         num_groups: usize,
         epsilon: f64,
     ) -> FloatTensor<Self> {
-        let [x, gamma, beta] = [&x, &gamma, &beta].map(flex::contiguous);
+        let mut x = x;
+        let [gamma, beta] = [&gamma, &beta].map(flex::contiguous);
         let groups = Groups::of(flex::dims(&x), num_groups, epsilon);
-        let mut out = vec![0f32; groups.len()];
-        forward(&groups, flex::f32s(&x), flex::f32s(&gamma), flex::f32s(&beta), &mut out);
+        // At inference nothing else holds the convolution's output: normalize it where it lies
+        // (no new buffer to allocate and fill). Training keeps its input for the backward pass.
+        if let Some(values) = flex::unique_f32s_mut(&mut x) {
+            forward_in_place(&groups, values, flex::f32s(&gamma), flex::f32s(&beta));
+            return x;
+        }
+        let x = flex::contiguous(&x);
+        let mut out = flex::f32s(&x).to_vec();
+        forward_in_place(&groups, &mut out, flex::f32s(&gamma), flex::f32s(&beta));
         flex::tensor(out, &x)
     }
 
@@ -144,8 +152,8 @@ impl CpuGroupNormGelu for NdArray {
     ) -> FloatTensor<Self> {
         let (x, gamma, beta) = (nd::contiguous(&x), nd::contiguous(&gamma), nd::contiguous(&beta));
         let groups = Groups::of(&x.1, num_groups, epsilon);
-        let mut out = vec![0f32; groups.len()];
-        forward(&groups, &x.0, &gamma.0, &beta.0, &mut out);
+        let mut out = x.0.into_owned();
+        forward_in_place(&groups, &mut out, &gamma.0, &beta.0);
         nd::tensor(out, &x.1)
     }
 
@@ -315,7 +323,7 @@ impl Groups {
     }
 
     /// Channels per group.
-    fn channels_per_group(&self) -> usize {
+    pub(crate) fn channels_per_group(&self) -> usize {
         self.channels / self.groups
     }
 
@@ -326,7 +334,7 @@ impl Groups {
 
     /// Groups per parallel task: at least [`TASK_ELEMS`] elements each, so that rayon's
     /// scheduling (microseconds) stays small against the work.
-    fn groups_per_task(&self) -> usize {
+    pub(crate) fn groups_per_task(&self) -> usize {
         TASK_ELEMS.div_ceil(self.group_len().max(1)).max(1)
     }
 }
@@ -334,30 +342,27 @@ impl Groups {
 /// Elements per parallel task, at least.
 const TASK_ELEMS: usize = 16 * 1024;
 
-/// `out = gelu(γ xhat + β)` for contiguous `x` (`groups.len()` elements), `gamma` and `beta`.
+/// `xy = gelu(γ xhat + β)` in place, for contiguous `xy` (`groups.len()` elements), `gamma` and
+/// `beta` (`C` each).
 ///
 /// # Panics
 /// If the slice lengths do not match `groups`.
-pub fn forward(groups: &Groups, x: &[f32], gamma: &[f32], beta: &[f32], out: &mut [f32]) {
-    assert!(
-        x.len() == groups.len() && out.len() == x.len() && gamma.len() == groups.channels && beta.len() == gamma.len()
-    );
+pub fn forward_in_place(groups: &Groups, xy: &mut [f32], gamma: &[f32], beta: &[f32]) {
+    assert!(xy.len() == groups.len() && gamma.len() == groups.channels && beta.len() == gamma.len());
     if groups.is_empty() {
         return;
     }
     let n = groups.group_len();
     let cpg = groups.channels_per_group();
     let unit = vector_unit();
-    out.par_chunks_mut(n).zip(x.par_chunks(n)).enumerate().with_min_len(groups.groups_per_task()).for_each(
-        |(i, (out, x))| {
-            let first = (i % groups.groups) * cpg;
-            let params = (&gamma[first..first + cpg], &beta[first..first + cpg]);
-            dispatch_forward(unit, x, params, groups.hw, groups.epsilon, out);
-        },
-    );
+    xy.par_chunks_mut(n).enumerate().with_min_len(groups.groups_per_task()).for_each(|(i, xy)| {
+        let first = (i % groups.groups) * cpg;
+        let params = (&gamma[first..first + cpg], &beta[first..first + cpg]);
+        forward_group_in_place(unit, xy, params, groups.hw, groups.epsilon);
+    });
 }
 
-/// The three gradients of [`forward`].
+/// The three gradients of [`forward_in_place`].
 pub struct Gradients3 {
     /// Input gradient, `x`'s length.
     pub x: Vec<f32>,
@@ -367,7 +372,7 @@ pub struct Gradients3 {
     pub beta: Vec<f32>,
 }
 
-/// Gradients of `sum(forward(x) * grad)` with respect to `x`, `gamma` and `beta`.
+/// Gradients of `sum(gelu(γ xhat + β) * grad)` with respect to `x`, `gamma` and `beta`.
 ///
 /// # Panics
 /// If the slice lengths do not match `groups`.
@@ -407,16 +412,17 @@ pub fn backward(groups: &Groups, x: &[f32], gamma: &[f32], beta: &[f32], grad: &
     Gradients3 { x: dx, gamma: dgamma, beta: dbeta }
 }
 
-/// One group's forward, compiled for `unit`.
-fn dispatch_forward(unit: VectorUnit, x: &[f32], params: (&[f32], &[f32]), hw: usize, eps: f32, out: &mut [f32]) {
+/// One group's forward in place (`cpg` channels of `hw` values, `params` their γ and β),
+/// compiled for `unit`; the depthwise convolution's fused form calls it on each group it writes.
+pub(crate) fn forward_group_in_place(unit: VectorUnit, xy: &mut [f32], params: (&[f32], &[f32]), hw: usize, eps: f32) {
     match unit {
         // SAFETY: vector_unit() answers Avx512 only when the CPU has AVX-512F.
         #[cfg(target_arch = "x86_64")]
-        VectorUnit::Avx512 => unsafe { x86::forward_avx512(x, params, hw, eps, out) },
+        VectorUnit::Avx512 => unsafe { x86::forward_avx512(xy, params, hw, eps) },
         // SAFETY: vector_unit() answers Avx2Fma only when the CPU has AVX2 and FMA.
         #[cfg(target_arch = "x86_64")]
-        VectorUnit::Avx2Fma => unsafe { x86::forward_avx2(x, params, hw, eps, out) },
-        _ => forward_group::<PORTABLE_FMA>(x, params, hw, eps, out),
+        VectorUnit::Avx2Fma => unsafe { x86::forward_avx2(xy, params, hw, eps) },
+        _ => forward_group::<PORTABLE_FMA>(xy, params, hw, eps),
     }
 }
 
@@ -447,12 +453,12 @@ fn dispatch_backward(
 #[cfg(target_arch = "x86_64")]
 mod x86 {
     #[target_feature(enable = "avx512f")]
-    pub fn forward_avx512(x: &[f32], params: (&[f32], &[f32]), hw: usize, eps: f32, out: &mut [f32]) {
-        super::forward_group::<true>(x, params, hw, eps, out);
+    pub fn forward_avx512(xy: &mut [f32], params: (&[f32], &[f32]), hw: usize, eps: f32) {
+        super::forward_group::<true>(xy, params, hw, eps);
     }
     #[target_feature(enable = "avx2,fma")]
-    pub fn forward_avx2(x: &[f32], params: (&[f32], &[f32]), hw: usize, eps: f32, out: &mut [f32]) {
-        super::forward_group::<true>(x, params, hw, eps, out);
+    pub fn forward_avx2(xy: &mut [f32], params: (&[f32], &[f32]), hw: usize, eps: f32) {
+        super::forward_group::<true>(xy, params, hw, eps);
     }
     #[target_feature(enable = "avx512f")]
     pub fn backward_avx512(
@@ -507,17 +513,18 @@ fn lane_sum(x: &[f32], f: impl Fn(f32) -> f32) -> f32 {
     acc.iter().sum::<f32>() + tail
 }
 
-/// One group: `out = gelu(γ_c (x - mean) rstd + β_c)`, channel by channel (`hw` elements each).
+/// One group in place: `x = gelu(γ_c (x - mean) rstd + β_c)`, channel by channel (`hw`
+/// elements each).
 #[inline(always)]
-fn forward_group<const FMA: bool>(x: &[f32], (gamma, beta): (&[f32], &[f32]), hw: usize, eps: f32, out: &mut [f32]) {
-    let (mean, rstd) = mean_rstd(x, eps);
-    for (c, (x, out)) in x.chunks_exact(hw).zip(out.chunks_exact_mut(hw)).enumerate() {
+fn forward_group<const FMA: bool>(xy: &mut [f32], (gamma, beta): (&[f32], &[f32]), hw: usize, eps: f32) {
+    let (mean, rstd) = mean_rstd(xy, eps);
+    for (c, xy) in xy.chunks_exact_mut(hw).enumerate() {
         let (scale, shift) = (gamma[c] * rstd, beta[c]);
-        for (o, &v) in out.iter_mut().zip(x) {
+        for v in xy.iter_mut() {
             // Centred first: x = mean gives exactly β (a folded `x scale + (β - mean scale)`
             // cancels only to rounding, large when rstd is).
-            let p = madd::<FMA>(v - mean, scale, shift);
-            *o = p * cdf_and_density::<FMA>(p).0;
+            let p = madd::<FMA>(*v - mean, scale, shift);
+            *v = p * cdf_and_density::<FMA>(p).0;
         }
     }
 }
@@ -659,6 +666,28 @@ mod tests {
     }
 
     #[test]
+    fn at_inference_the_output_overwrites_an_input_nothing_else_holds_and_only_that() {
+        // No autodiff: the op may write into its input's buffer when it is the only holder
+        // (flex; ndarray copies). A shared input must come out unchanged, and both give
+        // burn-nn's values.
+        for device in [Device::flex(), Device::ndarray()] {
+            let mut norm = GroupNormConfig::new(3, 12).init(&device);
+            let param = |t: TensorData| Some(burn::module::Param::from_tensor(Tensor::<1>::from_data(t, &device)));
+            (norm.gamma, norm.beta) = (param(normal(&[12], 1.0, 0.5, 7)), param(normal(&[12], 0.0, 0.5, 8)));
+            let data = normal(&[2, 12, 5, 7], 3.0, 2.0, 9);
+            let want = burn::tensor::activation::gelu(norm.forward(Tensor::<4>::from_data(data.clone(), &device)));
+            let want = want.into_data();
+            let tolerance = Tolerance::absolute(2e-5).set_relative(1e-4);
+            let unique = group_norm_gelu(Tensor::<4>::from_data(data.clone(), &device), &norm);
+            unique.into_data().assert_approx_eq::<f32>(&want, tolerance);
+            let shared = Tensor::<4>::from_data(data.clone(), &device);
+            let out = group_norm_gelu(shared.clone(), &norm);
+            out.into_data().assert_approx_eq::<f32>(&want, tolerance);
+            assert_eq!(shared.into_data(), data, "{device:?}: a shared input is left as it was");
+        }
+    }
+
+    #[test]
     fn falls_back_to_burn_nn_without_affine_parameters() {
         let device = Device::flex();
         let norm = GroupNormConfig::new(2, 4).with_affine(false).init(&device);
@@ -674,8 +703,8 @@ mod tests {
         let groups = Groups::of(&[1, 2, 4], 1, 1e-5);
         let x = [2.5f32; 8];
         let (gamma, beta) = ([1.5f32, 0.5], [0.25f32, -1.0]);
-        let mut out = [0f32; 8];
-        forward(&groups, &x, &gamma, &beta, &mut out);
+        let mut out = x;
+        forward_in_place(&groups, &mut out, &gamma, &beta);
         let mut gelu_beta = [0f32; 2];
         crate::gelu::gelu_f32(&beta, &mut gelu_beta);
         assert_eq!(out, [[gelu_beta[0]; 4], [gelu_beta[1]; 4]].concat().as_slice());

@@ -215,11 +215,32 @@ impl ConvNormAct {
         }
     }
 
+    /// Whether the convolution is depthwise 3x3 (one filter per channel of `in_channels`),
+    /// padding 1 on every side, no dilation, the same stride both ways.
+    fn is_depthwise3x3(&self, in_channels: usize) -> bool {
+        let c = &self.conv;
+        c.kernel_size == [3, 3]
+            && c.groups > 1
+            && c.groups == in_channels
+            && c.padding == PaddingConfig2d::Explicit(1, 1, 1, 1)
+            && c.dilation == [1, 1]
+            && c.stride[0] == c.stride[1]
+    }
+
     /// # Shapes
     /// `[B, C_in, H, W]` -> `[B, C_out, H / stride, W / stride]`, in `dtype`.
     fn forward(&self, x: Tensor<4>, precision: Precision) -> Tensor<4> {
         let c = &self.conv;
         let p = self.padding();
+        if precision == Precision::F32 && self.activation == Activation::Gelu && self.is_depthwise3x3(x.dims()[1]) {
+            // One fused pass at inference on the CPU backends; the two ops elsewhere.
+            return crate::depthwise_conv::depthwise_conv3x3_group_norm_gelu(
+                x,
+                c.weight.val(),
+                c.stride[0],
+                &self.norm,
+            );
+        }
         let options = ConvOptions::new(c.stride, [p, p], c.dilation, c.groups);
         let y = match precision {
             Precision::F32 if c.kernel_size == [1, 1] && c.stride == [1, 1] && c.groups == 1 && p == 0 => {
@@ -229,15 +250,7 @@ impl ConvNormAct {
                     burn::tensor::module::conv2d(x, c.weight.val(), None, options)
                 }
             }
-            // Depthwise 3x3 (one filter per channel), padding 1 on every side, no dilation.
-            Precision::F32
-                if c.kernel_size == [3, 3]
-                    && c.groups > 1
-                    && c.groups == x.dims()[1]
-                    && c.padding == PaddingConfig2d::Explicit(1, 1, 1, 1)
-                    && c.dilation == [1, 1]
-                    && c.stride[0] == c.stride[1] =>
-            {
+            Precision::F32 if self.is_depthwise3x3(x.dims()[1]) => {
                 crate::depthwise_conv::depthwise_conv3x3(x, c.weight.val(), c.stride[0])
             }
             Precision::F32 => burn::tensor::module::conv2d(x, c.weight.val(), None, options),
