@@ -100,8 +100,10 @@ pub fn depthwise_conv3x3_group_norm_gelu(
         (Some(gamma), Some(beta)) => Some((gamma.val(), beta.val())),
         _ => None,
     };
+    // No operand on an autodiff device: the extension has no autodiff form (a tracked weight
+    // with an untracked input would reach it otherwise).
     let fused = params.filter(|(gamma, beta)| {
-        !x.device().is_autodiff()
+        [x.device(), weight.device(), gamma.device(), beta.device()].iter().all(|d| !d.is_autodiff())
             && takes_cpu_kernel(&x, &weight, stride)
             && gamma.dtype() == DType::F32
             && beta.dtype() == DType::F32
