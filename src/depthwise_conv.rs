@@ -43,7 +43,7 @@ use rayon::prelude::*;
 
 use crate::cpu_tensor::{flex, nd};
 use crate::gelu::{PORTABLE_FMA, VectorUnit, madd, runs_on_cpu_backend, vector_unit};
-use crate::group_norm_gelu::{Groups, forward_group_in_place, group_norm_gelu};
+use crate::group_norm_gelu::{Groups, cpu_affine_params, forward_group_in_place, group_norm_gelu};
 
 /// Depthwise 3x3 convolution without bias, padding 1, stride `stride` in both directions.
 ///
@@ -95,21 +95,12 @@ pub fn depthwise_conv3x3_group_norm_gelu(
     stride: usize,
     norm: &GroupNorm,
 ) -> Tensor<4> {
-    let [_, c, _, _] = x.dims();
-    let params = match (&norm.gamma, &norm.beta) {
-        (Some(gamma), Some(beta)) => Some((gamma.val(), beta.val())),
-        _ => None,
-    };
+    let params = cpu_affine_params(norm, x.dims()[1]);
     // No operand on an autodiff device: the extension has no autodiff form (a tracked weight
     // with an untracked input would reach it otherwise).
     let fused = params.filter(|(gamma, beta)| {
         [x.device(), weight.device(), gamma.device(), beta.device()].iter().all(|d| !d.is_autodiff())
             && takes_cpu_kernel(&x, &weight, stride)
-            && gamma.dtype() == DType::F32
-            && beta.dtype() == DType::F32
-            && gamma.dims() == [c]
-            && beta.dims() == [c]
-            && c.is_multiple_of(norm.num_groups)
     });
     let Some((gamma, beta)) = fused else {
         return group_norm_gelu(depthwise_conv3x3(x, weight, stride), norm);

@@ -63,22 +63,33 @@ use crate::gelu::{VectorUnit, runs_on_cpu_backend, vector_unit};
 /// take the fused kernels here; anything else takes burn-nn's `GroupNorm::forward` followed by
 /// [`crate::gelu::gelu`].
 pub fn group_norm_gelu(x: Tensor<4>, norm: &GroupNorm) -> Tensor<4> {
-    let (Some(gamma), Some(beta)) = (&norm.gamma, &norm.beta) else {
+    let params = cpu_affine_params(norm, x.dims()[1]);
+    let Some((gamma, beta)) = params.filter(|_| x.dtype() == DType::F32 && runs_on_cpu_backend(&x.device())) else {
         return crate::gelu::gelu(norm.forward(x));
     };
-    let [_, c, _, _] = x.dims();
-    let f32_params = gamma.val().dtype() == DType::F32 && beta.val().dtype() == DType::F32;
-    let shapes_fit = gamma.dims() == [c] && beta.dims() == [c] && c.is_multiple_of(norm.num_groups);
-    if x.dtype() != DType::F32 || !f32_params || !shapes_fit || !runs_on_cpu_backend(&x.device()) {
-        return crate::gelu::gelu(norm.forward(x));
-    }
     Tensor::from_dispatch(<Dispatch as CpuGroupNormGelu>::cpu_group_norm_gelu(
         x.into_dispatch(),
-        gamma.val().into_dispatch(),
-        beta.val().into_dispatch(),
+        gamma.into_dispatch(),
+        beta.into_dispatch(),
         norm.num_groups,
         norm.epsilon,
     ))
+}
+
+/// `norm`'s `(γ, β)` when the CPU kernels take them for `channels` channels: both present, f32,
+/// `[channels]` each, and `channels` a multiple of the groups; `None` otherwise (burn-nn's
+/// GroupNorm then runs).
+pub(crate) fn cpu_affine_params(norm: &GroupNorm, channels: usize) -> Option<(Tensor<1>, Tensor<1>)> {
+    let (Some(gamma), Some(beta)) = (&norm.gamma, &norm.beta) else {
+        return None;
+    };
+    let (gamma, beta) = (gamma.val(), beta.val());
+    let fits = gamma.dtype() == DType::F32
+        && beta.dtype() == DType::F32
+        && gamma.dims() == [channels]
+        && beta.dims() == [channels]
+        && channels.is_multiple_of(norm.num_groups);
+    fits.then_some((gamma, beta))
 }
 
 /// The backend extension: the fused forward and its gradients on the CPU backends (f32 only;
