@@ -64,7 +64,8 @@ fn devices_for(backends: &[String], adapter: Option<usize>) -> Vec<Result<Select
             "gpu" => device::select(DeviceChoice::Gpu(adapter))
                 .and_then(|d| if d.is_gpu() { Ok(d) } else { Err(crate::Error::Device("no GPU adapter".into())) }),
             "ndarray" => device::select(DeviceChoice::Cpu(CpuBackend::Ndarray)),
-            _ => device::select(DeviceChoice::Cpu(CpuBackend::Flex)),
+            "flex" => device::select(DeviceChoice::Cpu(CpuBackend::Flex)),
+            other => Err(crate::Error::Device(format!("unknown backend {other:?}: use gpu, flex or ndarray"))),
         })
         .collect()
 }

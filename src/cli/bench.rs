@@ -80,7 +80,7 @@ pub struct BenchArgs {
     #[command(flatten)]
     device: DeviceArgs,
     /// Backends for `bench train`: any of gpu, flex, ndarray.
-    #[arg(long, value_delimiter = ',', default_value = "gpu,flex,ndarray")]
+    #[arg(long, value_delimiter = ',', default_value = "gpu,flex,ndarray", value_parser = ["gpu", "flex", "ndarray"])]
     backends: Vec<String>,
     /// Timed optimizer steps per row (after warm-up steps).
     #[arg(long, default_value_t = 5)]

@@ -300,4 +300,12 @@ mod tests {
         assert_eq!(c.data.preprocess.crop_size, 24);
         assert_eq!(c.memory.memory_budget_bytes, 1 << 30);
     }
+
+    #[test]
+    fn an_unknown_bench_backend_is_refused_naming_the_ones_there_are() {
+        let err = Cli::try_parse_from(["vramfit", "bench", "train", "--backends", "wgpu"]).unwrap_err().to_string();
+        assert!(err.contains("'wgpu'") && err.contains("[possible values: gpu, flex, ndarray]"), "{err}");
+        let ok = Cli::try_parse_from(["vramfit", "bench", "train", "--backends", "gpu,ndarray"]);
+        assert!(ok.is_ok(), "{ok:?}");
+    }
 }
