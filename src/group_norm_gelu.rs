@@ -29,8 +29,10 @@
 //! values and all three gradients against burn-nn's GroupNorm + burn's exact GELU on both CPU
 //! backends, with and without checkpointing.
 //!
-//! GPU devices, other dtypes and GroupNorms without affine parameters take burn-nn's GroupNorm
-//! and [`crate::gelu::gelu`]: [`group_norm_gelu`] decides.
+//! On a wgpu device the same formulas run as vramfit's WGSL kernels ([`wgsl`]; the browser build
+//! keeps burn's ops for now). Other devices, other dtypes and GroupNorms without affine
+//! parameters take burn-nn's GroupNorm and [`crate::gelu::gelu`]: [`group_norm_gelu`] decides.
+//! `VRAMFIT_GROUP_NORM_GELU=burn` makes every device take burn's ops, for measuring.
 // burn-ndarray is deprecated upstream, but it is the CPU fallback users asked for.
 #![allow(deprecated)]
 
@@ -45,7 +47,8 @@ use burn::backend::autodiff::grads::Gradients;
 use burn::backend::autodiff::ops::{Backward, Ops, OpsKind};
 use burn::backend::autodiff::{Autodiff, NodeId};
 use burn::backend::tensor::FloatTensor;
-use burn::backend::{Backend, Dispatch, Flex, NdArray, backend_extension};
+use burn::backend::wgpu::CubeBackend;
+use burn::backend::{Backend, Dispatch, Flex, NdArray, TensorMetadata, backend_extension};
 use burn::nn::GroupNorm;
 use burn::tensor::{DType, Tensor};
 use rayon::prelude::*;
@@ -54,26 +57,70 @@ use crate::cpu_tensor::{flex, nd};
 use crate::gelu::{PORTABLE_FMA, cdf_and_density, madd};
 use crate::gelu::{VectorUnit, runs_on_cpu_backend, vector_unit};
 
+mod wgsl;
+
 /// `gelu(group_norm(x))` with `norm`'s groups, epsilon and affine parameters.
 ///
 /// # Shapes
 /// `[B, C, H, W]` -> `[B, C, H, W]`, same dtype and device; `norm` has `C` channels.
 ///
-/// f32 tensors on a CPU backend (flex, ndarray, or autodiff over either) with an affine `norm`
-/// take the fused kernels here; anything else takes burn-nn's `GroupNorm::forward` followed by
-/// [`crate::gelu::gelu`].
+/// f32 tensors with an affine `norm` on a CPU backend (flex, ndarray) or a native wgpu device
+/// compiling WGSL, with or without autodiff, take the fused kernels here; anything else takes
+/// burn-nn's `GroupNorm::forward` followed by [`crate::gelu::gelu`].
 pub fn group_norm_gelu(x: Tensor<4>, norm: &GroupNorm) -> Tensor<4> {
     let params = cpu_affine_params(norm, x.dims()[1]);
-    let Some((gamma, beta)) = params.filter(|_| x.dtype() == DType::F32 && runs_on_cpu_backend(&x.device())) else {
+    let fused = params.filter(|_| x.dtype() == DType::F32 && takes_fused_kernel(&x, norm));
+    let Some((gamma, beta)) = fused else {
         return crate::gelu::gelu(norm.forward(x));
     };
-    Tensor::from_dispatch(<Dispatch as CpuGroupNormGelu>::cpu_group_norm_gelu(
+    Tensor::from_dispatch(<Dispatch as FusedGroupNormGelu>::fused_group_norm_gelu(
         x.into_dispatch(),
         gamma.into_dispatch(),
         beta.into_dispatch(),
         norm.num_groups,
         norm.epsilon,
     ))
+}
+
+/// Whether `x` (f32, with `norm`'s affine parameters) runs the fused kernels: on a CPU backend,
+/// or on a wgpu device compiling WGSL (native builds; the tensor's indices fit in u32), unless
+/// `VRAMFIT_GROUP_NORM_GELU=burn` asks for burn's ops. Any other value of that variable is
+/// ignored with a warning.
+fn takes_fused_kernel(x: &Tensor<4>, norm: &GroupNorm) -> bool {
+    if !fused_kernels_enabled() {
+        return false;
+    }
+    let device = x.device();
+    if runs_on_cpu_backend(&device) {
+        return true;
+    }
+    runs_fused_on_gpu()
+        && crate::device_augment::runs_wgsl(&device)
+        && wgsl::fits(&Groups::of(&x.dims(), norm.num_groups, norm.epsilon))
+}
+
+/// Whether the fused kernels may run at all: `false` only with `VRAMFIT_GROUP_NORM_GELU=burn`
+/// (burn's ops everywhere, for measuring). Any value other than `burn` or `fused` is ignored
+/// with a warning.
+fn fused_kernels_enabled() -> bool {
+    match std::env::var("VRAMFIT_GROUP_NORM_GELU").as_deref() {
+        Ok("burn") => false,
+        Ok("fused") | Err(_) => true,
+        Ok(value) => {
+            static WARNED: std::sync::Once = std::sync::Once::new();
+            WARNED.call_once(|| {
+                tracing::warn!("VRAMFIT_GROUP_NORM_GELU={value:?} ignored: use burn or fused (or unset it)");
+            });
+            true
+        }
+    }
+}
+
+/// Whether f32 GroupNorm + GELU on a wgpu device compiling WGSL runs the WGSL kernels in this
+/// build: native builds, unless `VRAMFIT_GROUP_NORM_GELU=burn`. The browser build keeps burn's
+/// ops. The memory plan ([`crate::memory::estimate`]) counts what each keeps for backward.
+pub fn runs_fused_on_gpu() -> bool {
+    !cfg!(target_family = "wasm") && fused_kernels_enabled()
 }
 
 /// `norm`'s `(γ, β)` when the CPU kernels take them for `channels` channels: both present, f32,
@@ -92,12 +139,13 @@ pub(crate) fn cpu_affine_params(norm: &GroupNorm, channels: usize) -> Option<(Te
     fits.then_some((gamma, beta))
 }
 
-/// The backend extension: the fused forward and its gradients on the CPU backends (f32 only;
-/// [`group_norm_gelu`] checks the dtype).
-#[backend_extension(Flex, NdArray, Autodiff)]
-pub trait CpuGroupNormGelu: Backend {
+/// The backend extension: the fused forward and its gradients on the CPU backends and on a wgpu
+/// device ([`wgsl`]), f32 only ([`group_norm_gelu`] checks the dtype and the device).
+#[backend_extension(Flex, NdArray, Cube, Fusion, Autodiff)]
+pub trait FusedGroupNormGelu: Backend {
     /// `gelu(γ xhat + β)`. Shapes: `x` `[B, C, ...]`, `gamma` and `beta` `[C]` -> `x`'s.
-    fn cpu_group_norm_gelu(
+    #[fusion(dtype = x, shape = x)]
+    fn fused_group_norm_gelu(
         x: FloatTensor<Self>,
         gamma: FloatTensor<Self>,
         beta: FloatTensor<Self>,
@@ -105,7 +153,8 @@ pub trait CpuGroupNormGelu: Backend {
         epsilon: f64,
     ) -> FloatTensor<Self>;
     /// `(dx, dγ, dβ)` for the output gradient `grad` (`x`'s shape); shapes as the inputs'.
-    fn cpu_group_norm_gelu_backward(
+    #[fusion(meta = |x, gamma, beta, _grad, _num_groups, _epsilon| (x.clone(), gamma.clone(), beta.clone()))]
+    fn fused_group_norm_gelu_backward(
         x: FloatTensor<Self>,
         gamma: FloatTensor<Self>,
         beta: FloatTensor<Self>,
@@ -115,8 +164,8 @@ pub trait CpuGroupNormGelu: Backend {
     ) -> (FloatTensor<Self>, FloatTensor<Self>, FloatTensor<Self>);
 }
 
-impl CpuGroupNormGelu for Flex {
-    fn cpu_group_norm_gelu(
+impl FusedGroupNormGelu for Flex {
+    fn fused_group_norm_gelu(
         x: FloatTensor<Self>,
         gamma: FloatTensor<Self>,
         beta: FloatTensor<Self>,
@@ -138,7 +187,7 @@ impl CpuGroupNormGelu for Flex {
         flex::tensor(out, &x)
     }
 
-    fn cpu_group_norm_gelu_backward(
+    fn fused_group_norm_gelu_backward(
         x: FloatTensor<Self>,
         gamma: FloatTensor<Self>,
         beta: FloatTensor<Self>,
@@ -153,8 +202,8 @@ impl CpuGroupNormGelu for Flex {
     }
 }
 
-impl CpuGroupNormGelu for NdArray {
-    fn cpu_group_norm_gelu(
+impl FusedGroupNormGelu for NdArray {
+    fn fused_group_norm_gelu(
         x: FloatTensor<Self>,
         gamma: FloatTensor<Self>,
         beta: FloatTensor<Self>,
@@ -168,7 +217,7 @@ impl CpuGroupNormGelu for NdArray {
         nd::tensor(out, &x.1)
     }
 
-    fn cpu_group_norm_gelu_backward(
+    fn fused_group_norm_gelu_backward(
         x: FloatTensor<Self>,
         gamma: FloatTensor<Self>,
         beta: FloatTensor<Self>,
@@ -184,6 +233,31 @@ impl CpuGroupNormGelu for NdArray {
     }
 }
 
+impl FusedGroupNormGelu for CubeBackend {
+    fn fused_group_norm_gelu(
+        x: FloatTensor<Self>,
+        gamma: FloatTensor<Self>,
+        beta: FloatTensor<Self>,
+        num_groups: usize,
+        epsilon: f64,
+    ) -> FloatTensor<Self> {
+        let groups = Groups::of(&x.shape(), num_groups, epsilon);
+        wgsl::forward(x, gamma, beta, &groups)
+    }
+
+    fn fused_group_norm_gelu_backward(
+        x: FloatTensor<Self>,
+        gamma: FloatTensor<Self>,
+        beta: FloatTensor<Self>,
+        grad: FloatTensor<Self>,
+        num_groups: usize,
+        epsilon: f64,
+    ) -> (FloatTensor<Self>, FloatTensor<Self>, FloatTensor<Self>) {
+        let groups = Groups::of(&x.shape(), num_groups, epsilon);
+        wgsl::backward(x, gamma, beta, grad, &groups)
+    }
+}
+
 /// Recomputes the output from the input and the affine parameters when gradient checkpointing
 /// dropped it.
 #[derive(Debug)]
@@ -194,10 +268,10 @@ struct RetroGroupNormGelu<B> {
     backend: PhantomData<B>,
 }
 
-impl<B: Backend + CpuGroupNormGelu> RetroForward for RetroGroupNormGelu<B> {
+impl<B: Backend + FusedGroupNormGelu> RetroForward for RetroGroupNormGelu<B> {
     fn forward(&self, states: &mut BackwardStates, out_node: NodeId) {
         let [x, gamma, beta] = self.inputs.map(|id| states.get_state::<B::FloatTensorPrimitive>(&id));
-        states.save(out_node, B::cpu_group_norm_gelu(x, gamma, beta, self.num_groups, self.epsilon));
+        states.save(out_node, B::fused_group_norm_gelu(x, gamma, beta, self.num_groups, self.epsilon));
     }
 }
 
@@ -208,13 +282,14 @@ struct GroupNormGeluBackward {
     epsilon: f64,
 }
 
-impl<B: Backend + CpuGroupNormGelu> Backward<B, 3> for GroupNormGeluBackward {
+impl<B: Backend + FusedGroupNormGelu> Backward<B, 3> for GroupNormGeluBackward {
     type State = [NodeId; 3];
 
     fn backward(self, ops: Ops<Self::State, 3>, grads: &mut Gradients, checkpointer: &mut Checkpointer) {
         let grad = grads.consume::<B>(&ops.node);
         let [x, gamma, beta] = ops.state.map(|id| checkpointer.retrieve_node_output::<B::FloatTensorPrimitive>(id));
-        let (dx, dgamma, dbeta) = B::cpu_group_norm_gelu_backward(x, gamma, beta, grad, self.num_groups, self.epsilon);
+        let (dx, dgamma, dbeta) =
+            B::fused_group_norm_gelu_backward(x, gamma, beta, grad, self.num_groups, self.epsilon);
         for (parent, grad) in ops.parents.into_iter().zip([dx, dgamma, dbeta]) {
             if let Some(node) = parent {
                 grads.register::<B>(node.id, grad);
@@ -223,10 +298,10 @@ impl<B: Backend + CpuGroupNormGelu> Backward<B, 3> for GroupNormGeluBackward {
     }
 }
 
-impl<B: Backend + CpuGroupNormGelu, C: CheckpointStrategy> CpuGroupNormGelu for Autodiff<B, C> {
+impl<B: Backend + FusedGroupNormGelu, C: CheckpointStrategy> FusedGroupNormGelu for Autodiff<B, C> {
     /// Memory-bound, like burn-autodiff's elementwise ops: the inputs are checkpointed and the
     /// output is recomputed rather than kept when checkpointing asks for it.
-    fn cpu_group_norm_gelu(
+    fn fused_group_norm_gelu(
         x: FloatTensor<Self>,
         gamma: FloatTensor<Self>,
         beta: FloatTensor<Self>,
@@ -248,7 +323,7 @@ impl<B: Backend + CpuGroupNormGelu, C: CheckpointStrategy> CpuGroupNormGelu for 
         {
             OpsKind::Tracked(mut prep) => {
                 let state = [prep.checkpoint(&x), prep.checkpoint(&gamma), prep.checkpoint(&beta)];
-                let out = B::cpu_group_norm_gelu(
+                let out = B::fused_group_norm_gelu(
                     x.primitive().clone(),
                     gamma.primitive().clone(),
                     beta.primitive().clone(),
@@ -257,7 +332,7 @@ impl<B: Backend + CpuGroupNormGelu, C: CheckpointStrategy> CpuGroupNormGelu for 
                 );
                 prep.finish(state, out)
             }
-            OpsKind::UnTracked(prep) => prep.finish(B::cpu_group_norm_gelu(
+            OpsKind::UnTracked(prep) => prep.finish(B::fused_group_norm_gelu(
                 x.into_primitive(),
                 gamma.into_primitive(),
                 beta.into_primitive(),
@@ -269,7 +344,7 @@ impl<B: Backend + CpuGroupNormGelu, C: CheckpointStrategy> CpuGroupNormGelu for 
 
     /// The inner backend's gradients as untracked tensors: training never calls this (the
     /// backward step above calls the inner kernel), and no second-order gradient flows through it.
-    fn cpu_group_norm_gelu_backward(
+    fn fused_group_norm_gelu_backward(
         x: FloatTensor<Self>,
         gamma: FloatTensor<Self>,
         beta: FloatTensor<Self>,
@@ -277,7 +352,7 @@ impl<B: Backend + CpuGroupNormGelu, C: CheckpointStrategy> CpuGroupNormGelu for 
         num_groups: usize,
         epsilon: f64,
     ) -> (FloatTensor<Self>, FloatTensor<Self>, FloatTensor<Self>) {
-        let (dx, dgamma, dbeta) = B::cpu_group_norm_gelu_backward(
+        let (dx, dgamma, dbeta) = B::fused_group_norm_gelu_backward(
             x.into_primitive(),
             gamma.into_primitive(),
             beta.into_primitive(),

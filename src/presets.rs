@@ -246,13 +246,15 @@ mod tests {
         use crate::config::Precision::{F16, F32};
         let (name, config) = preset_for_card(8 << 30, 10, true).unwrap();
         assert_eq!((name.as_str(), &config), ("8gb", &load_config("8gb").unwrap()));
-        // lavapipe's 2 GiB: the 4gb preset's f32 batch 32 plans 1.92 GiB, over 80% of 2 GiB.
+        // A 1.2 GiB card: the 4gb preset's f32 batch 32 plans 1052 MiB with the fused GroupNorm +
+        // GELU kernels (1.9 GiB with burn's ops), over 80% of 1.2 GiB; in f16 it plans 830 MiB.
+        let card = (12u64 << 30) / 10;
         let fitted = |f16| {
-            let (name, config) = preset_for_card(2 << 30, 10, f16).unwrap();
-            assert_eq!(name, "4gb fitted to 2.0 GiB");
-            assert_eq!(config.memory.memory_budget_bytes, 2 << 30);
+            let (name, config) = preset_for_card(card, 10, f16).unwrap();
+            assert_eq!(name, "4gb fitted to 1.2 GiB");
+            assert_eq!(config.memory.memory_budget_bytes, card);
             let plan = crate::memory::plan(&config, 10);
-            assert!(plan.fits && plan.estimate.total as f64 <= TIER_HEADROOM * (2u64 << 30) as f64, "{plan:?}");
+            assert!(plan.fits && plan.estimate.total as f64 <= TIER_HEADROOM * card as f64, "{plan:?}");
             assert_eq!(config.train.batch_size * config.train.grad_accum_steps, 32);
             (config.train.precision, config.train.checkpointing)
         };

@@ -23,6 +23,7 @@ mod augment;
 mod data_faults;
 mod folders;
 mod fuzz;
+mod group_norm_gelu;
 mod idx_files;
 mod images;
 mod memory;

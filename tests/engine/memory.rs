@@ -34,8 +34,9 @@ fn the_plan_covers_the_measured_reserved_peak_in_fresh_processes() {
     let activations = |i: usize| bytes(&rows[i], "measured_activation_bytes") as f64;
     // Checkpointing keeps less, in both precisions.
     assert!(activations(1) < activations(0) && activations(3) < activations(2));
-    // f16 keeps at most 0.6x the activations of f32 on the same configuration.
-    assert!(activations(2) <= 0.6 * activations(0), "f16 {} vs f32 {} bytes", activations(2), activations(0));
+    // f16 keeps less than f32 on the same configuration: 0.75x against f32 with the fused
+    // GroupNorm + GELU kernels (measured 2026-12-03; 0.37x against burn's ops).
+    assert!(activations(2) <= 0.8 * activations(0), "f16 {} vs f32 {} bytes", activations(2), activations(0));
 }
 
 /// A capped run whose budget is lowered under its reserved bytes after step 2 fails step 3 as out

@@ -1,0 +1,143 @@
+//! GroupNorm + GELU on a wgpu device: vramfit's WGSL kernels (`shaders/group_norm_gelu_*.wgsl`),
+//! forward and backward, launched through the [`super::FusedGroupNormGelu`] backend extension on
+//! burn's `CubeBackend`.
+//!
+//! burn runs GroupNorm + GELU on a GPU as a chain of reductions and fused elementwise kernels,
+//! forward and backward: on lavapipe about 45% of a quickstart training step's kernel time and
+//! most of its ~3,000 launches (README, "Where a lavapipe step goes"). Here the forward pass is
+//! one launch (one workgroup per (sample, group): the statistics, then normalize + affine + GELU),
+//! and the backward pass two (the same workgroups recompute the statistics, sum `dp` and
+//! `dp xhat` per channel and write the input gradient; then burn sums the per-sample scale and
+//! shift gradients over the batch). The formulas are the CPU kernel's (module docs of
+//! [`super`]); `tests/engine/group_norm_gelu.rs` compares the two and burn-nn.
+
+use burn::backend::TensorMetadata;
+use burn::backend::ops::FloatTensorOps;
+use burn::backend::tensor::FloatTensor;
+use burn::backend::wgpu::{CubeBackend, CubeTensor, KernelSource, SourceKernel, SourceTemplate, into_contiguous};
+use burn::cubecl::prelude::KernelId;
+use burn::cubecl::server::KernelArguments;
+use burn::cubecl::{CubeCount, CubeDim};
+use burn::tensor::{DType, Shape};
+use std::sync::LazyLock;
+
+use super::Groups;
+
+/// Threads per workgroup (`WG` in the WGSL); one workgroup per (sample, group).
+const WORKGROUP: u32 = 256;
+/// The most workgroups in one dimension of a dispatch (WebGPU's and Vulkan's minimum limit).
+const MAX_GRID_ROW: usize = 65_535;
+
+const COMMON: &str = include_str!("../../shaders/group_norm_gelu_common.wgsl");
+const FORWARD: &str = include_str!("../../shaders/group_norm_gelu_forward.wgsl");
+const BACKWARD: &str = include_str!("../../shaders/group_norm_gelu_backward.wgsl");
+
+/// The two kernels' sources: the common part, then each kernel's bindings and entry point.
+static SOURCES: LazyLock<[String; 2]> = LazyLock::new(|| [FORWARD, BACKWARD].map(|own| format!("{COMMON}\n{own}")));
+
+/// One of the two kernels.
+struct GroupNormGeluWgsl {
+    backward: bool,
+}
+
+impl GroupNormGeluWgsl {
+    fn source(&self) -> &'static str {
+        &SOURCES[usize::from(self.backward)]
+    }
+}
+
+impl KernelSource for GroupNormGeluWgsl {
+    fn source(&self) -> SourceTemplate {
+        SourceTemplate::new(GroupNormGeluWgsl::source(self))
+    }
+
+    fn id(&self) -> KernelId {
+        // The source is part of the id, so an edited shader compiles anew.
+        KernelId::new::<Self>().info(GroupNormGeluWgsl::source(self))
+    }
+
+    fn lang(&self) -> &'static str {
+        "wgsl"
+    }
+}
+
+/// Whether the WGSL kernels take a tensor of `groups`' size: every index fits the kernels' u32
+/// arithmetic (the callers fall back to burn's ops otherwise).
+pub(super) fn fits(groups: &Groups) -> bool {
+    groups.len() < u32::MAX as usize && groups.batch * groups.groups > 0
+}
+
+/// The params words (`shaders/group_norm_gelu_common.wgsl`) and the dispatch grid.
+fn launch_shape(groups: &Groups) -> (Vec<u8>, CubeCount) {
+    let count = groups.batch * groups.groups;
+    let row = count.min(MAX_GRID_ROW);
+    let words = [
+        groups.batch as u32,
+        groups.channels as u32,
+        groups.groups as u32,
+        groups.hw as u32,
+        groups.epsilon.to_bits(),
+        row as u32,
+    ];
+    let bytes = words.iter().flat_map(|w| w.to_le_bytes()).collect();
+    (bytes, CubeCount::Static(row as u32, count.div_ceil(row) as u32, 1))
+}
+
+fn empty_like(like: &CubeTensor, shape: Shape) -> CubeTensor {
+    let handle = like.client.empty(shape.num_elements() * size_of::<f32>());
+    CubeTensor::new_contiguous(like.client.clone(), like.device.clone(), shape, handle, DType::F32)
+}
+
+/// `gelu(γ xhat + β)` for a `[B, C, ...]` f32 tensor; `gamma`, `beta` `[C]`.
+pub(super) fn forward(x: CubeTensor, gamma: CubeTensor, beta: CubeTensor, groups: &Groups) -> CubeTensor {
+    let [x, gamma, beta] = [x, gamma, beta].map(into_contiguous);
+    let y = empty_like(&x, x.shape());
+    let (params, grid) = launch_shape(groups);
+    let client = x.client.clone();
+    let params = client.create_from_slice(&params);
+    client.launch(
+        Box::new(SourceKernel::new(GroupNormGeluWgsl { backward: false }, CubeDim::new_1d(WORKGROUP))),
+        grid,
+        KernelArguments::new()
+            .with_buffer(x.handle.clone().binding())
+            .with_buffer(gamma.handle.clone().binding())
+            .with_buffer(beta.handle.clone().binding())
+            .with_buffer(params.binding())
+            .with_buffer(y.handle.clone().binding()),
+    );
+    y
+}
+
+/// `(dx, dγ, dβ)` for the output gradient `grad` (`x`'s shape).
+pub(super) fn backward(
+    x: CubeTensor,
+    gamma: CubeTensor,
+    beta: CubeTensor,
+    grad: CubeTensor,
+    groups: &Groups,
+) -> (CubeTensor, CubeTensor, CubeTensor) {
+    let [x, gamma, beta, grad] = [x, gamma, beta, grad].map(into_contiguous);
+    let dx = empty_like(&x, x.shape());
+    let per_sample = Shape::new([groups.batch, groups.channels]);
+    let (dgamma, dbeta) = (empty_like(&x, per_sample.clone()), empty_like(&x, per_sample));
+    let (params, grid) = launch_shape(groups);
+    let client = x.client.clone();
+    let params = client.create_from_slice(&params);
+    client.launch(
+        Box::new(SourceKernel::new(GroupNormGeluWgsl { backward: true }, CubeDim::new_1d(WORKGROUP))),
+        grid,
+        KernelArguments::new()
+            .with_buffer(x.handle.clone().binding())
+            .with_buffer(gamma.handle.clone().binding())
+            .with_buffer(beta.handle.clone().binding())
+            .with_buffer(grad.handle.clone().binding())
+            .with_buffer(params.binding())
+            .with_buffer(dx.handle.clone().binding())
+            .with_buffer(dgamma.handle.clone().binding())
+            .with_buffer(dbeta.handle.clone().binding()),
+    );
+    let over_batch = |t: CubeTensor| -> FloatTensor<CubeBackend> {
+        CubeBackend::float_reshape(CubeBackend::float_sum_dim(t, 0), Shape::new([groups.channels]))
+    };
+    (dx, over_batch(dgamma), over_batch(dbeta))
+}
