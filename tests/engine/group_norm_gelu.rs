@@ -2,9 +2,9 @@
 //! `src/group_norm_gelu/wgsl.rs`) against burn-nn's GroupNorm + burn's exact GELU on flex and
 //! against the CPU kernels: values and the input, scale and shift gradients.
 //!
-//! The reference runs on the CPU: burn's own GELU gradient on lavapipe is off by up to 1.2e-3
-//! in `dx` and 4e-2 in `dγ` on these inputs (measured 2026-12-03), while the WGSL kernels agree
-//! with burn on flex and with the CPU kernels within 1.3e-5.
+//! The reference runs on the CPU: burn's own GroupNorm + GELU gradients on lavapipe are off by
+//! up to 1.2e-3 in `dx` and 4e-2 in `dγ` on these inputs (measured 2026-12-03), while the WGSL
+//! kernels agree with burn on flex and with the CPU kernels within 1.3e-5.
 
 use super::*;
 use burn::module::Param;
