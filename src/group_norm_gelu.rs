@@ -118,7 +118,10 @@ fn fused_kernels_enabled() -> bool {
 
 /// Whether f32 GroupNorm + GELU on a wgpu device compiling WGSL runs the WGSL kernels in this
 /// build: native builds, unless `VRAMFIT_GROUP_NORM_GELU=burn`. The browser build keeps burn's
-/// ops. The memory plan ([`crate::memory::estimate`]) counts what each keeps for backward.
+/// ops. The memory plan ([`crate::memory::estimate`]) counts what each keeps for backward; it
+/// assumes the GPU compiles WGSL, as every wgpu device of this build does (burn's `vulkan` and
+/// `metal` compilers are not enabled; with one, [`crate::device_augment::runs_wgsl`] would be
+/// false there and the plan would count too little).
 pub fn runs_fused_on_gpu() -> bool {
     !cfg!(target_family = "wasm") && fused_kernels_enabled()
 }

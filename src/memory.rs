@@ -75,8 +75,9 @@
 //! | f16 | on | 3.95 | 0 | the f16 convolution outputs plus GroupNorm's small f32 statistics |
 //!
 //! Activation memory in f16 is 5.6 / 15.2 = 0.37 of f32's per layer with burn's ops (0.41 with
-//! the residual terms, `vramfit bench memory`), 0.75 of f32's with the fused op that native
-//! builds run on a GPU ([`estimate`] picks the row); with checkpointing both precisions keep
+//! the residual terms, `vramfit bench memory`), 0.78 of f32's per layer with the fused op that
+//! native builds run on a GPU (5.6 / 7.2; 0.75 measured with the residual terms; [`estimate`]
+//! picks the row); with checkpointing both precisions keep
 //! about 4 bytes.
 
 use serde::Serialize;

@@ -11,9 +11,10 @@
 //! Early downsampling (the stride-2 stem, then strided stages) keeps the high-resolution stages
 //! narrow; channel counts are `stage.channels x width`, rounded to a multiple of `norm_groups`.
 //! In f16 the convolutions and the head run in f16 on f16 casts of the f32 weights (master
-//! weights); GroupNorm statistics and the logits are f32 ([`group_norm_f16`]). On the CPU
-//! backends in f32, GroupNorm + GELU ([`crate::group_norm_gelu`]) and the depthwise convolutions
-//! ([`crate::depthwise_conv`]) run vramfit's own vectorized kernels, and pointwise convolutions
+//! weights); GroupNorm statistics and the logits are f32 ([`group_norm_f16`]). In f32,
+//! GroupNorm + GELU runs as one op of vramfit's own ([`crate::group_norm_gelu`]: vectorized
+//! kernels on the CPU backends, WGSL kernels on a native wgpu device); on the CPU backends the
+//! depthwise convolutions ([`crate::depthwise_conv`]) run vramfit's own vectorized kernels too, and pointwise convolutions
 //! run as matrix products where that measured faster ([`pointwise_as_matmul`]).
 
 use burn::module::Module;
@@ -257,7 +258,8 @@ impl ConvNormAct {
             Precision::F16 => burn::tensor::module::conv2d(x, c.weight.val().cast(FloatDType::F16), None, options),
         };
         match (precision, self.activation) {
-            // One fused op on the CPU backends (burn-nn's GroupNorm + GELU elsewhere).
+            // One fused op on the CPU backends and native wgpu (burn-nn's GroupNorm + GELU in the
+            // browser; `group_norm_gelu` decides).
             (Precision::F32, Activation::Gelu) => crate::group_norm_gelu::group_norm_gelu(y, &self.norm),
             (Precision::F32, Activation::Relu) => burn::tensor::activation::relu(self.norm.forward(y)),
             (Precision::F16, Activation::Gelu) => crate::gelu::gelu(group_norm_f16(y, &self.norm)),

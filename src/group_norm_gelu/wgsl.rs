@@ -6,9 +6,9 @@
 //! forward and backward: on lavapipe about 45% of a quickstart training step's kernel time and
 //! most of its ~3,000 launches (README, "Where a lavapipe step goes"). Here the forward pass is
 //! one launch (one workgroup per (sample, group): the statistics, then normalize + affine + GELU),
-//! and the backward pass two (the same workgroups recompute the statistics, sum `dp` and
-//! `dp xhat` per channel and write the input gradient; then burn sums the per-sample scale and
-//! shift gradients over the batch). The formulas are the CPU kernel's (module docs of
+//! and the backward pass three (the same workgroups recompute the statistics, sum `dp` and
+//! `dp xhat` per channel and write the input gradient; then two burn reductions sum the
+//! per-sample scale and shift gradients over the batch). The formulas are the CPU kernel's (module docs of
 //! [`super`]); `tests/engine/group_norm_gelu.rs` compares the two and burn-nn.
 
 use burn::backend::TensorMetadata;
@@ -61,10 +61,12 @@ impl KernelSource for GroupNormGeluWgsl {
     }
 }
 
-/// Whether the WGSL kernels take a tensor of `groups`' size: every index fits the kernels' u32
-/// arithmetic (the callers fall back to burn's ops otherwise).
+/// Whether the WGSL kernels take a tensor of `groups`' size: not empty, every index fits the
+/// kernels' u32 arithmetic (a thread's last stride step included), and the (sample, group)
+/// count fits the 2-D grid (the callers fall back to burn's ops otherwise).
 pub(super) fn fits(groups: &Groups) -> bool {
-    groups.len() < u32::MAX as usize && groups.batch * groups.groups > 0
+    let count = groups.batch * groups.groups;
+    !groups.is_empty() && groups.len() < (u32::MAX - WORKGROUP) as usize && count <= MAX_GRID_ROW * MAX_GRID_ROW
 }
 
 /// The params words (`shaders/group_norm_gelu_common.wgsl`) and the dispatch grid.

@@ -108,7 +108,7 @@ fn gui_dataset_panel_lists_the_files_the_scan_left_out() {
 
 /// A folder of one's own images chosen on a card that reports its memory switches the
 /// quickstart preset (made for the bundled 28 px data) to the card's tier: on lavapipe's 2 GiB,
-/// the smallest tier (fitted to it where its plan is over 80% of the card). An IDX dataset, the CPU or a preset the user chose keep theirs.
+/// the smallest tier fitted to it (its budget lowered to the card's size). An IDX dataset, the CPU or a preset the user chose keep theirs.
 #[test]
 fn gui_preselects_the_cards_tier_for_a_folder_of_images() {
     if gpu().is_none() {
