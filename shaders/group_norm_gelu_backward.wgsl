@@ -37,60 +37,44 @@ fn dp_terms(i: u32, c: u32, stats: vec2<f32>) -> vec2<f32> {
 
 @compute @workgroup_size(256, 1, 1)
 fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
-    let group = group_index(wg);
-    let header = load_uniform_header(lid, group);
-    if header.y == 0u {
+    let g = this_group(wg, lid);
+    if !g.live {
         return;
     }
-    let cpg = header.x;
-    let hw = params[3];
-    let n = cpg * hw;
-    let base = group * n;
-    let c0 = (group % params[2]) * cpg;
-    let sample = group / params[2];
-    let stats = mean_rstd(lid, base, n, bitcast<f32>(params[4]));
+    let stats = mean_rstd(lid, g);
 
     // Per-channel sums: `lanes` threads per channel (a power of two, all WG threads busy when
-    // the group has fewer than WG channels), WG / lanes channels per round, each channel's
-    // lanes reduced in shared memory. `lanes` and the rounds depend only on cpg: uniform.
+    // the group has fewer than WG channels), WG / lanes channels per round. `lanes` and the
+    // rounds depend only on cpg: uniform.
     var lanes = WG;
-    for (var k = 1u; k < cpg && lanes > 1u; k = k << 1u) {
+    for (var k = 1u; k < g.cpg && lanes > 1u; k = k << 1u) {
         lanes = lanes >> 1u;
     }
     let per_round = WG / lanes;
     let lane = lid % lanes;
     var sums = vec2<f32>(0.0, 0.0);   // (sum gamma dp, sum gamma dp xhat): lane-0 threads' share
-    for (var first = 0u; first < cpg; first = first + per_round) {
+    for (var first = 0u; first < g.cpg; first = first + per_round) {
         let ci = first + lid / lanes;
         var acc = vec2<f32>(0.0, 0.0);
-        if ci < cpg {
-            for (var j = lane; j < hw; j = j + lanes) {
-                acc = acc + dp_terms(base + ci * hw + j, c0 + ci, stats);
+        if ci < g.cpg {
+            for (var j = lane; j < g.hw; j = j + lanes) {
+                acc = acc + dp_terms(g.base + ci * g.hw + j, g.c0 + ci, stats);
             }
         }
-        partial[lid] = acc;
-        workgroupBarrier();
-        for (var s = lanes / 2u; s > 0u; s = s >> 1u) {
-            if lane < s {
-                partial[lid] = partial[lid] + partial[lid + s];
-            }
-            workgroupBarrier();
-        }
-        if lane == 0u && ci < cpg {
-            let t = partial[lid];
-            let c = c0 + ci;
-            dbeta[sample * params[1] + c] = t.x;
-            dgamma[sample * params[1] + c] = t.y;
+        let t = segment_sum(lid, lanes, acc);
+        if lane == 0u && ci < g.cpg {
+            let c = g.c0 + ci;
+            dbeta[g.sample * params[1] + c] = t.x;
+            dgamma[g.sample * params[1] + c] = t.y;
             sums = sums + gamma[c] * t;
         }
-        workgroupBarrier();
     }
-    let m = workgroup_sum(lid, sums) / f32(n);
+    let m = workgroup_sum(lid, sums) / f32(g.n);
 
-    for (var i = lid; i < n; i = i + WG) {
-        let c = c0 + i / hw;
-        let xhat = (x[base + i] - stats.x) * stats.y;
-        let d = dp_terms(base + i, c, stats);
-        dx[base + i] = stats.y * (gamma[c] * d.x - m.x - xhat * m.y);
+    for (var i = lid; i < g.n; i = i + WG) {
+        let c = g.c0 + i / g.hw;
+        let xhat = (x[g.base + i] - stats.x) * stats.y;
+        let d = dp_terms(g.base + i, c, stats);
+        dx[g.base + i] = stats.y * (gamma[c] * d.x - m.x - xhat * m.y);
     }
 }

@@ -16,20 +16,14 @@
 
 @compute @workgroup_size(256, 1, 1)
 fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
-    let group = group_index(wg);
-    let header = load_uniform_header(lid, group);
-    if header.y == 0u {
+    let g = this_group(wg, lid);
+    if !g.live {
         return;
     }
-    let cpg = header.x;
-    let hw = params[3];
-    let n = cpg * hw;
-    let base = group * n;
-    let c0 = (group % params[2]) * cpg;
-    let stats = mean_rstd(lid, base, n, bitcast<f32>(params[4]));
-    for (var i = lid; i < n; i = i + WG) {
-        let c = c0 + i / hw;
-        let p = gamma[c] * ((x[base + i] - stats.x) * stats.y) + beta[c];
-        y[base + i] = p * cdf_and_density(p).x;
+    let stats = mean_rstd(lid, g);
+    for (var i = lid; i < g.n; i = i + WG) {
+        let c = g.c0 + i / g.hw;
+        let p = gamma[c] * ((x[g.base + i] - stats.x) * stats.y) + beta[c];
+        y[g.base + i] = p * cdf_and_density(p).x;
     }
 }

@@ -90,23 +90,23 @@ fn empty_like(like: &CubeTensor, shape: Shape) -> CubeTensor {
     CubeTensor::new_contiguous(like.client.clone(), like.device.clone(), shape, handle, DType::F32)
 }
 
+/// Launches `kernel` over `groups`' grid with its bindings in the shaders' order: `inputs`, the
+/// params words, `outputs` (all contiguous f32).
+fn launch(kernel: GroupNormGeluWgsl, groups: &Groups, inputs: &[&CubeTensor], outputs: &[&CubeTensor]) {
+    let (params, grid) = launch_shape(groups);
+    let client = &inputs[0].client;
+    let params = client.create_from_slice(&params);
+    let binding = |t: &&CubeTensor| t.handle.clone().binding();
+    let buffers = inputs.iter().map(binding).chain([params.binding()]).chain(outputs.iter().map(binding));
+    let arguments = KernelArguments::new().with_buffers(buffers.collect());
+    client.launch(Box::new(SourceKernel::new(kernel, CubeDim::new_1d(WORKGROUP))), grid, arguments);
+}
+
 /// `gelu(γ xhat + β)` for a `[B, C, ...]` f32 tensor; `gamma`, `beta` `[C]`.
 pub(super) fn forward(x: CubeTensor, gamma: CubeTensor, beta: CubeTensor, groups: &Groups) -> CubeTensor {
     let [x, gamma, beta] = [x, gamma, beta].map(into_contiguous);
     let y = empty_like(&x, x.shape());
-    let (params, grid) = launch_shape(groups);
-    let client = x.client.clone();
-    let params = client.create_from_slice(&params);
-    client.launch(
-        Box::new(SourceKernel::new(GroupNormGeluWgsl { backward: false }, CubeDim::new_1d(WORKGROUP))),
-        grid,
-        KernelArguments::new()
-            .with_buffer(x.handle.clone().binding())
-            .with_buffer(gamma.handle.clone().binding())
-            .with_buffer(beta.handle.clone().binding())
-            .with_buffer(params.binding())
-            .with_buffer(y.handle.clone().binding()),
-    );
+    launch(GroupNormGeluWgsl { backward: false }, groups, &[&x, &gamma, &beta], &[&y]);
     y
 }
 
@@ -122,22 +122,7 @@ pub(super) fn backward(
     let dx = empty_like(&x, x.shape());
     let per_sample = Shape::new([groups.batch, groups.channels]);
     let (dgamma, dbeta) = (empty_like(&x, per_sample.clone()), empty_like(&x, per_sample));
-    let (params, grid) = launch_shape(groups);
-    let client = x.client.clone();
-    let params = client.create_from_slice(&params);
-    client.launch(
-        Box::new(SourceKernel::new(GroupNormGeluWgsl { backward: true }, CubeDim::new_1d(WORKGROUP))),
-        grid,
-        KernelArguments::new()
-            .with_buffer(x.handle.clone().binding())
-            .with_buffer(gamma.handle.clone().binding())
-            .with_buffer(beta.handle.clone().binding())
-            .with_buffer(grad.handle.clone().binding())
-            .with_buffer(params.binding())
-            .with_buffer(dx.handle.clone().binding())
-            .with_buffer(dgamma.handle.clone().binding())
-            .with_buffer(dbeta.handle.clone().binding()),
-    );
+    launch(GroupNormGeluWgsl { backward: true }, groups, &[&x, &gamma, &beta, &grad], &[&dx, &dgamma, &dbeta]);
     let over_batch = |t: CubeTensor| -> FloatTensor<CubeBackend> {
         CubeBackend::float_reshape(CubeBackend::float_sum_dim(t, 0), Shape::new([groups.channels]))
     };
