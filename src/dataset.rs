@@ -436,6 +436,56 @@ fn idx_class_names(dir: &Path, labels: &[u8]) -> Vec<String> {
     (0..n).map(|i| i.to_string()).collect()
 }
 
+/// The bundled Fashion-MNIST subset as [`open`] gives it (train + t10k): read from
+/// [`bundled_dataset_dir`] natively; in a browser, which has no files, from copies built into
+/// the WebAssembly.
+///
+/// # Errors
+/// As [`open`] natively; [`Error::Idx`] if the built-in bytes do not parse (a broken build).
+pub fn open_bundled(opts: &ScanOptions) -> Result<Splits> {
+    #[cfg(not(target_arch = "wasm32"))]
+    return open(&bundled_dataset_dir(), opts);
+    #[cfg(target_arch = "wasm32")]
+    {
+        let _ = opts; // the subset has its own test split: nothing is held out
+        bundled_in_binary::splits()
+    }
+}
+
+/// The bundled subset's files, built into the WebAssembly (4 files, 1.1 MB compressed).
+#[cfg(target_arch = "wasm32")]
+mod bundled_in_binary {
+    use super::*;
+
+    const TRAIN_IMAGES: &[u8] = include_bytes!("../assets/fashion-mnist-subset/train-images-idx3-ubyte.gz");
+    const TRAIN_LABELS: &[u8] = include_bytes!("../assets/fashion-mnist-subset/train-labels-idx1-ubyte.gz");
+    const TEST_IMAGES: &[u8] = include_bytes!("../assets/fashion-mnist-subset/t10k-images-idx3-ubyte.gz");
+    const TEST_LABELS: &[u8] = include_bytes!("../assets/fashion-mnist-subset/t10k-labels-idx1-ubyte.gz");
+
+    /// One split from its two built-in files; errors name the file as it is in `assets/`.
+    fn split(images: &[u8], labels: &[u8], name: &str, dir: &Path) -> Result<Dataset> {
+        let (imgs, labs) = crate::idx::parse_pair(
+            images.to_vec(),
+            labels.to_vec(),
+            &dir.join(format!("{name}-images-idx3-ubyte.gz")),
+            &dir.join(format!("{name}-labels-idx1-ubyte.gz")),
+        )?;
+        let classes = FASHION_MNIST_CLASSES.iter().map(|s| s.to_string()).collect();
+        idx_dataset(imgs, &labs, classes, dir)
+    }
+
+    pub(super) fn splits() -> Result<Splits> {
+        let dir = Path::new("assets/fashion-mnist-subset");
+        Ok(Splits {
+            train: split(TRAIN_IMAGES, TRAIN_LABELS, "train", dir)?,
+            val: split(TEST_IMAGES, TEST_LABELS, "t10k", dir)?,
+            description: "the bundled Fashion-MNIST subset (IDX, train + t10k, built into the page)".into(),
+            report: ScanReport::default(),
+            root: dir.to_path_buf(),
+        })
+    }
+}
+
 /// The bundled Fashion-MNIST subset: `$VRAMFIT_ASSETS`, else `assets/` under the current
 /// directory, else `assets/` of the source tree this binary was built from.
 pub fn bundled_dataset_dir() -> PathBuf {

@@ -47,6 +47,7 @@ pub mod run_dir;
 pub mod schedule;
 pub mod session;
 pub mod train;
+pub mod train_in_memory;
 pub mod trainer;
 pub mod user_path;
 #[cfg(target_arch = "wasm32")]

@@ -21,12 +21,16 @@
 //! [`Error::Crashed`], not the session.
 
 use std::collections::VecDeque;
+#[cfg(not(target_arch = "wasm32"))]
 use std::panic::AssertUnwindSafe;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::mpsc::{Sender, channel};
+use std::sync::mpsc::Sender;
+#[cfg(not(target_arch = "wasm32"))]
+use std::sync::mpsc::channel;
 use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::thread::JoinHandle;
+#[cfg(not(target_arch = "wasm32"))]
 use std::time::SystemTime;
 
 use image::RgbImage;
@@ -37,8 +41,11 @@ use crate::device::{DeviceChoice, SelectedDevice};
 use crate::error::{Error, Result};
 use crate::eval::EvalResult;
 use crate::events::{Event, LiveBudget, RunEnd, StopSignal};
-use crate::infer::{ClassProb, Predictor};
+use crate::infer::ClassProb;
+#[cfg(not(target_arch = "wasm32"))]
+use crate::infer::Predictor;
 use crate::train::{OverfitResult, TrainRequest, TrainSummary};
+use crate::train_in_memory::{InMemoryRequest, TrainedModel};
 use crate::worker_process::WorkerJob;
 
 /// Reports the queue holds before samples start replacing each other (see the module docs).
@@ -62,6 +69,18 @@ pub enum Job {
         splits: Splits,
         /// The device.
         device: SelectedDevice,
+    },
+    /// Train in this process without a run folder ([`crate::train_in_memory`]): the browser's
+    /// way to train, where there is no disk. The model comes back in the output.
+    TrainInMemory {
+        /// What to train.
+        request: Box<InMemoryRequest>,
+        /// Training data.
+        train: Arc<Dataset>,
+        /// Data evaluated after each epoch.
+        val: Arc<Dataset>,
+        /// The device (in a browser: the page's WebGPU device, initialized asynchronously).
+        device: burn::tensor::Device,
     },
     /// Train in a worker process (`vramfit train --worker`, see [`crate::worker_process`]), so a
     /// driver crash ends the job, not the client. Its events are relayed, its other output comes
@@ -143,6 +162,8 @@ pub enum JobOutput {
     Trained(Box<TrainSummary>),
     /// [`Job::TrainInWorker`]: the worker's summary.
     TrainedInWorker(Box<RunEnd>),
+    /// [`Job::TrainInMemory`]: the trained model.
+    TrainedInMemory(Box<TrainedModel>),
     /// [`Job::OverfitCheck`].
     OverfitChecked(OverfitResult),
     /// [`Job::Evaluate`] and [`Job::EvaluateExport`].
@@ -160,6 +181,8 @@ pub enum JobKind {
     Train,
     /// [`Job::TrainInWorker`].
     TrainInWorker,
+    /// [`Job::TrainInMemory`].
+    TrainInMemory,
     /// [`Job::OverfitCheck`].
     OverfitCheck,
     /// [`Job::Evaluate`] and [`Job::EvaluateExport`].
@@ -176,6 +199,7 @@ impl Job {
         match self {
             Job::Train { .. } => JobKind::Train,
             Job::TrainInWorker(_) => JobKind::TrainInWorker,
+            Job::TrainInMemory { .. } => JobKind::TrainInMemory,
             Job::OverfitCheck { .. } => JobKind::OverfitCheck,
             Job::Evaluate { .. } | Job::EvaluateExport { .. } => JobKind::Evaluate,
             Job::Export { .. } => JobKind::Export,
@@ -231,6 +255,7 @@ impl ReportQueue {
         self.ready.notify_all();
     }
 
+    #[cfg(not(target_arch = "wasm32"))]
     fn close(&self) {
         self.reports.lock().unwrap_or_else(PoisonError::into_inner).1 = true;
         self.ready.notify_all();
@@ -271,9 +296,11 @@ pub struct Session {
     supervisors: Mutex<Vec<JoinHandle<()>>>,
 }
 
+#[cfg(not(target_arch = "wasm32"))]
 /// Closes the report queue when the engine thread ends, even by a panic outside a job.
 struct CloseOnDrop(Arc<ReportQueue>);
 
+#[cfg(not(target_arch = "wasm32"))]
 impl Drop for CloseOnDrop {
     fn drop(&mut self) {
         self.0.close();
@@ -287,6 +314,33 @@ impl Session {
     /// When the thread cannot be spawned.
     pub fn start(notify: impl Fn() + Send + Sync + 'static) -> std::io::Result<Self> {
         let notify: Arc<dyn Fn() + Send + Sync> = Arc::new(notify);
+        #[cfg(target_arch = "wasm32")]
+        let session = Ok(Self::in_page(notify));
+        #[cfg(not(target_arch = "wasm32"))]
+        let session = Self::start_engine_thread(notify);
+        session
+    }
+
+    /// A session without an engine thread: a page has one thread, so jobs run as tasks of the
+    /// page's executor ([`Self::run_in_page`]).
+    #[cfg(target_arch = "wasm32")]
+    fn in_page(notify: Arc<dyn Fn() + Send + Sync>) -> Self {
+        Self {
+            jobs: None,
+            queue: Arc::new(ReportQueue::default()),
+            notify,
+            stop: StopSignal::new(),
+            worker_stop: StopSignal::new(),
+            budget: LiveBudget::new(u64::MAX),
+            pending: Arc::new(AtomicUsize::new(0)),
+            closing: Arc::new(AtomicBool::new(false)),
+            thread: None,
+            supervisors: Mutex::new(Vec::new()),
+        }
+    }
+
+    #[cfg(not(target_arch = "wasm32"))]
+    fn start_engine_thread(notify: Arc<dyn Fn() + Send + Sync>) -> std::io::Result<Self> {
         let (jobs, inbox) = channel::<Job>();
         let queue = Arc::new(ReportQueue::default());
         let (stop, budget) = (StopSignal::new(), LiveBudget::new(u64::MAX));
@@ -339,6 +393,10 @@ impl Session {
                 self.stop.clear();
                 self.budget.set(request.config.memory.memory_budget_bytes);
             }
+            Job::TrainInMemory { request, .. } => {
+                self.stop.clear();
+                self.budget.set(request.config.memory.memory_budget_bytes);
+            }
             Job::TrainInWorker(w) => {
                 self.worker_stop.clear();
                 self.budget.set(w.spec.config.memory.memory_budget_bytes);
@@ -347,6 +405,9 @@ impl Session {
             _ => {}
         }
         self.pending.fetch_add(1, Ordering::SeqCst);
+        #[cfg(target_arch = "wasm32")]
+        let sent = self.run_in_page(job);
+        #[cfg(not(target_arch = "wasm32"))]
         let sent = match job {
             Job::TrainInWorker(job) => self.supervise(job),
             job => self.jobs.as_ref().is_some_and(|j| j.send(job).is_ok()),
@@ -358,7 +419,39 @@ impl Session {
         Ok(())
     }
 
+    /// In a browser: runs `job` as a task of the page's executor, which runs it between the
+    /// page's own work (every device read is awaited). Only [`Job::TrainInMemory`] runs there;
+    /// the other jobs need a disk, threads or processes and finish with an error saying so.
+    /// Jobs submitted while one runs are not queued behind it: their awaits interleave.
+    #[cfg(target_arch = "wasm32")]
+    fn run_in_page(&self, job: Job) -> bool {
+        let (queue, notify, done, stop) =
+            (self.queue.clone(), self.notify.clone(), self.pending.clone(), self.stop.clone());
+        wasm_bindgen_futures::spawn_local(async move {
+            let kind = job.kind();
+            let result = match job {
+                Job::TrainInMemory { request, train, val, device } => {
+                    let mut sink = |e: Event| {
+                        queue.push(Report::Event(e));
+                        notify();
+                    };
+                    crate::train_in_memory::train_in_memory(&request, train, val, &device, &mut sink, &stop)
+                        .await
+                        .map(|m| JobOutput::TrainedInMemory(Box::new(m)))
+                }
+                _ => Err(Error::Crashed(format!(
+                    "{kind:?} needs a disk, threads or processes: not available in a browser"
+                ))),
+            };
+            done.fetch_sub(1, Ordering::SeqCst);
+            queue.push(Report::Finished { kind, result });
+            notify();
+        });
+        true
+    }
+
     /// Starts the supervisor thread of a worker process; whether it started.
+    #[cfg(not(target_arch = "wasm32"))]
     fn supervise(&self, job: WorkerJob) -> bool {
         let (queue, notify, done) = (self.queue.clone(), self.notify.clone(), self.pending.clone());
         let (stop, budget) = (self.worker_stop.clone(), self.budget.clone());
@@ -456,12 +549,14 @@ impl Drop for Session {
     }
 }
 
+#[cfg(not(target_arch = "wasm32"))]
 /// `job`'s result, or [`Error::Crashed`] with the message of its panic.
 fn catch_panic(job: impl FnOnce() -> Result<JobOutput>) -> Result<JobOutput> {
     std::panic::catch_unwind(AssertUnwindSafe(job))
         .unwrap_or_else(|panic| Err(Error::Crashed(crate::events::panic_message(panic.as_ref()))))
 }
 
+#[cfg(not(target_arch = "wasm32"))]
 /// The engine thread's state: the queue it reports to, the controls, and the cached predictor.
 struct Engine {
     queue: Arc<ReportQueue>,
@@ -470,6 +565,7 @@ struct Engine {
     predictor: Option<CachedPredictor>,
 }
 
+#[cfg(not(target_arch = "wasm32"))]
 /// A predictor with what it was loaded from; reused while all three stay the same.
 struct CachedPredictor {
     model: PathBuf,
@@ -478,6 +574,7 @@ struct CachedPredictor {
     predictor: Predictor,
 }
 
+#[cfg(not(target_arch = "wasm32"))]
 impl Engine {
     fn run(&mut self, job: Job, notify: &(dyn Fn() + Send + Sync)) -> Result<JobOutput> {
         let queue = self.queue.clone();
@@ -490,6 +587,10 @@ impl Engine {
                 request.live_budget = Some(self.budget.clone());
                 let summary = crate::train::train(&request, &device, &splits, &mut sink, &self.stop)?;
                 Ok(JobOutput::Trained(Box::new(summary)))
+            }
+            Job::TrainInMemory { request, train, val, device } => {
+                let run = crate::train_in_memory::train_in_memory(&request, train, val, &device, &mut sink, &self.stop);
+                Ok(JobOutput::TrainedInMemory(Box::new(pollster::block_on(run)?)))
             }
             Job::TrainInWorker(job) => {
                 // Normally started on a supervisor thread by `Session::submit`.
@@ -539,6 +640,7 @@ impl Engine {
     }
 }
 
+#[cfg(not(target_arch = "wasm32"))]
 /// Decodes, predicts and (when asked) thumbnails one file; a bad file gets its reason, not an
 /// error.
 fn predict_file(predictor: &Predictor, path: PathBuf, top_k: usize, thumbnails: bool) -> PredictedFile {

@@ -1,43 +1,38 @@
-//! The browser entry point (wasm32 only; issue "vramfit in the browser"): trains the quickstart
-//! preset on the bundled Fashion-MNIST subset on the page's WebGPU adapter, evaluates it and
-//! exports it, through the same [`Trainer::step_async`], [`eval::evaluate_async`] and
-//! [`export::export_files`] the native engine uses. Here the device reads are awaited, so the
-//! page keeps running while the device works.
+//! The browser entry points (wasm32 only; issue "vramfit in the browser"). Two pages use them:
 //!
-//! After training, [`predict`] classifies images dropped on the page with the trained model
-//! through the same decoding and preprocessing as native `vramfit predict`
-//! ([`Predictor::decode_image`], [`Predictor::probabilities_async`]).
+//! - `web/app.html`: the egui app itself ([`start_app`]), the desktop app's panels and plots
+//!   on a canvas, a thin client of one engine [`crate::session::Session`] whose jobs run as
+//!   tasks of the page ([`crate::session::Job::TrainInMemory`]); its settings persist in the
+//!   browser's local storage (eframe's storage, as the desktop app's in a file). [`app_train`]
+//!   and [`app_state`] are the hooks the headless test drives it with.
+//! - `web/index.html`: a plain page around [`train_quickstart`] (train, evaluate, export as
+//!   downloads) and [`predict`] (images picked or dropped on the page), the CI test's
+//!   comparison with native `vramfit eval` / `predict`.
 //!
-//! This is the first slice of the web build: functions the page calls (`web/index.html`),
-//! not yet the egui app nor the engine session (no run folder: the export is the result).
+//! Both train through [`train_in_memory`], the engine's loop without a run folder, whose device
+//! reads are awaited, so the page keeps running while the device works.
 
 use std::cell::RefCell;
 use std::path::Path;
 use std::rc::Rc;
 use std::sync::Arc;
 
-use burn::module::Module;
 use burn::tensor::Device;
 use wasm_bindgen::prelude::*;
 
 use crate::config::{Config, Precision};
-use crate::dataset::{self, Dataset};
+use crate::dataset;
 use crate::device::AdapterInfo;
 use crate::error::Error;
-use crate::eval;
-use crate::events::Event;
-use crate::export::{self, ModelMetadata, TrainingInfo};
+use crate::events::{Event, StopSignal};
+use crate::export::{self, TrainingInfo};
+use crate::gui::{AppOptions, InMemoryTraining, Settings, VramfitApp};
 use crate::image_io::ImageFault;
 use crate::infer::Predictor;
-use crate::loader::{self, Pass, SamplePipeline};
 use crate::memory;
 use crate::model::Classifier;
-use crate::trainer::Trainer;
+use crate::train_in_memory::{InMemoryRequest, train_in_memory};
 
-const TRAIN_IMAGES: &[u8] = include_bytes!("../assets/fashion-mnist-subset/train-images-idx3-ubyte.gz");
-const TRAIN_LABELS: &[u8] = include_bytes!("../assets/fashion-mnist-subset/train-labels-idx1-ubyte.gz");
-const TEST_IMAGES: &[u8] = include_bytes!("../assets/fashion-mnist-subset/t10k-images-idx3-ubyte.gz");
-const TEST_LABELS: &[u8] = include_bytes!("../assets/fashion-mnist-subset/t10k-labels-idx1-ubyte.gz");
 /// Classes of the bundled data (Fashion-MNIST).
 const CLASSES: usize = dataset::FASHION_MNIST_CLASSES.len();
 
@@ -86,19 +81,6 @@ fn js_error(e: impl std::fmt::Display) -> JsValue {
     JsValue::from_str(&e.to_string())
 }
 
-/// One split of the bundled subset from the bytes built into the page.
-fn bundled(images: &[u8], labels: &[u8], name: &str) -> crate::Result<Dataset> {
-    let dir = Path::new("assets/fashion-mnist-subset");
-    let (imgs, labs) = crate::idx::parse_pair(
-        images.to_vec(),
-        labels.to_vec(),
-        &dir.join(format!("{name}-images-idx3-ubyte.gz")),
-        &dir.join(format!("{name}-labels-idx1-ubyte.gz")),
-    )?;
-    let classes = dataset::FASHION_MNIST_CLASSES.iter().map(|s| s.to_string()).collect();
-    dataset::idx_dataset(imgs, &labs, classes, dir)
-}
-
 /// Trains quickstart for `steps` optimizer steps (f32: browsers' WebGPU may lack f16) on the
 /// page's WebGPU adapter, calling `on_step(step, loss, bytes_in_use, bytes_reserved)` after each,
 /// then evaluates on the bundled test images and exports the weights. Resolves to an object
@@ -116,100 +98,49 @@ pub async fn train_quickstart(steps: u32, on_step: js_sys::Function) -> Result<j
     let config = quickstart_config()?;
     let adapter = browser_adapter().await?;
     let limit = adapter.buffer_limit();
-    let px = config.image_size_px();
-    memory::check_buffer_limit(&config.model, CLASSES, (px, px), config.train.batch_size, limit, &adapter.name)
-        .map_err(js_error)?;
     let device = Device::wgpu_options().init_async().await.map_err(|e| js_error(format!("WebGPU: {e:?}")))?;
-    let train = Arc::new(bundled(TRAIN_IMAGES, TRAIN_LABELS, "train").map_err(js_error)?);
-    let test = Arc::new(bundled(TEST_IMAGES, TEST_LABELS, "t10k").map_err(js_error)?);
-    let batch_size = config.train.batch_size;
-    let steps_per_epoch = train.samples.len().div_ceil(batch_size);
-    let mut trainer =
-        Trainer::new(&config, Precision::F32, &device, train.class_names.clone(), steps as usize, steps_per_epoch);
-    let pipeline = Arc::new(SamplePipeline::from_config(&config, true).with_device_augment(false));
-    let mut losses = Vec::new();
-    let mut sink = |_e: Event| {};
-    let (mut epoch, mut batches, mut steps_at_epoch_start) = (0u64, None, 0);
-    while trainer.state.global_step < steps as usize {
-        let batch = match batches.as_mut().and_then(Iterator::next) {
-            Some(batch) => batch,
-            None => {
-                if epoch > 0 && trainer.state.global_step == steps_at_epoch_start {
-                    return Err(js_error("a whole epoch gave no trainable batch"));
-                }
-                steps_at_epoch_start = trainer.state.global_step;
-                let pass = Pass::training_epoch(train.samples.len(), batch_size, config.seed, epoch, 0);
-                batches = Some(loader::batches_on_this_thread(train.clone(), pipeline.clone(), pass));
-                epoch += 1;
-                continue;
-            }
-        };
-        let stats = trainer
-            .step_async(std::slice::from_ref(&batch), false, &mut sink)
-            .await
-            .map_err(|e| js_error(step_error(e)))?;
-        if !stats.applied || stats.images == 0 {
-            continue;
+    let splits = dataset::open_bundled(&dataset::ScanOptions {
+        val_fraction: config.data.val_fraction,
+        seed: config.seed,
+        allow_empty_classes: false,
+    })
+    .map_err(js_error)?;
+    let (train, test) = (Arc::new(splits.train), Arc::new(splits.val));
+    // The epochs the steps span, so the schedule ends with the steps asked for.
+    let mut config = config;
+    let steps_per_epoch = train.samples.len().div_ceil(config.train.batch_size).div_ceil(config.train.grad_accum_steps);
+    config.train.epochs = (steps as usize).div_ceil(steps_per_epoch.max(1)).max(1);
+    let request =
+        InMemoryRequest { config: config.clone(), max_steps: Some(steps as usize), buffer_limit: Some(limit) };
+    let mut last_loss = f32::NAN;
+    let mut sink = |e: Event| match e {
+        Event::Step { loss, .. } => last_loss = loss,
+        Event::Memory { step, bytes_in_use, bytes_reserved, .. } => {
+            let _ = on_step.call4(
+                &JsValue::NULL,
+                &JsValue::from(step as u32),
+                &JsValue::from(last_loss),
+                &JsValue::from(bytes_in_use as f64),
+                &JsValue::from(bytes_reserved as f64),
+            );
         }
-        trainer.state.global_step += 1;
-        let step = trainer.state.global_step;
-        if step == 1 {
-            // As the native loop does after its first step: the pages that step's first use of
-            // each kernel held go back, so the page holds the plan's steady state.
-            device.memory_cleanup();
-        }
-        let (in_use, reserved) = device.memory_pool_usage().map_or((0, 0), |u| (u.bytes_in_use, u.bytes_reserved));
-        losses.push(stats.loss);
-        let _ = on_step.call4(
-            &JsValue::NULL,
-            &JsValue::from(step as u32),
-            &JsValue::from(stats.loss),
-            &JsValue::from(in_use as f64),
-            &JsValue::from(reserved as f64),
-        );
-    }
-    evaluate_and_export(&trainer, &config, &device, test, limit, steps_per_epoch, losses).await
-}
-
-/// After training: evaluates the model on `test`, makes the export's files, and keeps the
-/// model for [`predict`]. Resolves to what [`train_quickstart`] resolves to.
-async fn evaluate_and_export(
-    trainer: &Trainer,
-    config: &Config,
-    device: &Device,
-    test: Arc<Dataset>,
-    limit: u64,
-    steps_per_epoch: usize,
-    losses: Vec<f32>,
-) -> Result<js_sys::Object, JsValue> {
-    let settings = eval::EvalSettings {
-        model: &config.model,
-        batch_size: config.train.batch_size,
-        precision: Precision::F32,
-        workers: 0,
-        buffer_limit: Some(limit),
+        _ => {}
     };
-    let eval_pipe = Arc::new(SamplePipeline::from_config(config, false));
-    let valid = trainer.model().valid();
-    let result = eval::evaluate_async(&valid, test, eval_pipe, device, &settings).await.map_err(js_error)?;
-    let training = TrainingInfo {
-        // Completed epochs: a pass cut short by the step count does not count.
-        epochs: trainer.state.global_step / steps_per_epoch.max(1),
-        steps: trainer.state.global_step,
-        val_accuracy: Some(result.top1),
-        device: format!("{device:?}"),
-    };
-    let files = export_files(&valid, config, &trainer.state.class_names, &training).await?;
-    let metadata = ModelMetadata::new(config, &trainer.state.class_names, valid.num_params(), training);
+    let trained =
+        train_in_memory(&request, train, test, &device, &mut sink, &StopSignal::new()).await.map_err(js_error)?;
+    let val = trained.end.val.clone().ok_or_else(|| js_error("the run ended without an evaluation"))?;
+    let training = trained.metadata.training.clone();
+    let files = export_files(&trained.model, &config, &trained.metadata.class_names, &training).await?;
     // An image the adapter's buffers cannot hold is refused: a page has no memory for the CPU
     // copy native prediction would run it on (wasm's 4 GiB).
-    let predictor = Predictor::from_model(valid, metadata, device.clone()).with_buffer_limit(Some(limit));
+    let predictor =
+        Predictor::from_model(trained.model, trained.metadata, device.clone()).with_buffer_limit(Some(limit));
     PREDICTOR.with(|p| *p.borrow_mut() = Some(Rc::new(predictor.without_cpu_fallback())));
     let json = serde_json::json!({
         "adapter": format!("{device:?}"),
-        "losses": losses,
-        "top1": result.top1,
-        "eval_images": result.samples,
+        "losses": trained.losses,
+        "top1": val.top1,
+        "eval_images": val.samples,
     });
     let out = js_sys::Object::new();
     js_sys::Reflect::set(&out, &"result".into(), &json.to_string().into())?;
@@ -309,9 +240,108 @@ async fn export_files(
     Ok(files)
 }
 
-fn step_error(e: crate::trainer::StepError) -> String {
-    match e {
-        crate::trainer::StepError::Device(m) => format!("device: {m}"),
-        crate::trainer::StepError::Fatal(e) => e.to_string(),
+thread_local! {
+    /// The app [`start_app`] runs (a page has one thread), for [`app_train`] and [`app_state`].
+    static APP: RefCell<Option<eframe::WebRunner>> = const { RefCell::new(None) };
+}
+
+/// Starts the egui app on the canvas with id `canvas_id`, training on the page's WebGPU
+/// adapter: the adapter is asked for and its device made first (asynchronously, which the app's
+/// constructor cannot), then the app opens with that adapter
+/// as its one GPU and the bundled subset as its dataset. Settings come from and go to the browser's local storage.
+///
+/// # Errors
+/// Rejects when there is no canvas of that id, the browser gives no WebGPU adapter, the device
+/// cannot be made, or eframe cannot start (no WebGPU/WebGL context for the canvas).
+#[wasm_bindgen]
+pub async fn start_app(canvas_id: String) -> Result<(), JsValue> {
+    log_panics();
+    let adapter = browser_adapter().await?;
+    let device = Device::wgpu_options().init_async().await.map_err(|e| js_error(format!("WebGPU: {e:?}")))?;
+    // The app draws with WebGL and computes on WebGPU: Chromium's software WebGPU (SwiftShader,
+    // headless) cannot present a WebGPU canvas ("Could not find SharedImageBackingFactory ...
+    // WebgpuSwapChainTexture") and loses every WebGPU device of the page when asked to. egui's
+    // few triangles do not miss WebGPU.
+    let mut web_options = eframe::WebOptions::default();
+    if let eframe::egui_wgpu::WgpuSetup::CreateNew(create) = &mut web_options.wgpu_options.wgpu_setup {
+        create.instance_descriptor.backends = eframe::wgpu::Backends::GL;
     }
+    let canvas = eframe::web_sys::window()
+        .and_then(|w| w.document())
+        .and_then(|d| d.get_element_by_id(&canvas_id))
+        .and_then(|e| e.dyn_into::<eframe::web_sys::HtmlCanvasElement>().ok())
+        .ok_or_else(|| js_error(format!("the page has no canvas with id `{canvas_id}`")))?;
+    let runner = eframe::WebRunner::new();
+    APP.with(|a| *a.borrow_mut() = Some(runner.clone()));
+    let options = AppOptions { in_memory: Some(InMemoryTraining { gpu: Some(device) }), ..AppOptions::default() };
+    runner
+        .start(
+            canvas,
+            web_options,
+            Box::new(move |cc| {
+                let mut settings: Settings =
+                    cc.storage.and_then(|s| eframe::get_value(s, eframe::APP_KEY)).unwrap_or_default();
+                // A page has one adapter (index 0) and no folders: a stored folder is dropped.
+                settings.data_dir = None;
+                if settings.adapter.is_some() {
+                    settings.adapter = Some(0);
+                }
+                let app = VramfitApp::with_adapters(settings, options, vec![adapter])
+                    .map_err(|e| format!("cannot start the engine session: {e}"))?;
+                Ok(Box::new(app))
+            }),
+        )
+        .await
+}
+
+/// Runs `f` on the app [`start_app`] started.
+fn with_app<T>(f: impl FnOnce(&mut VramfitApp) -> T) -> Result<T, JsValue> {
+    APP.with(|a| {
+        let runner = a.borrow();
+        let runner = runner.as_ref().ok_or_else(|| js_error("the app has not started: call start_app first"))?;
+        let mut app = runner.app_mut::<VramfitApp>().ok_or_else(|| js_error("the app is not running"))?;
+        Ok(f(&mut app))
+    })
+}
+
+/// Presses Train in the app with a cap of `max_steps` optimizer steps (0: no cap), as the
+/// button does (the headless test's hook; the app must have started).
+///
+/// # Errors
+/// Rejects when the app has not started.
+#[wasm_bindgen]
+pub fn app_train(max_steps: u32) -> Result<(), JsValue> {
+    with_app(|app| {
+        app.options_mut().max_steps = (max_steps > 0).then_some(max_steps as usize);
+        app.apply(crate::gui::Command::Train);
+    })
+}
+
+/// What the app shows, as a JSON string: `{"status", "error", "training", "device", "steps",
+/// "losses": [..], "memory_points", "reserved_mib", "predicted_mib", "val_accuracy",
+/// "preset", "batch_size"}` (`losses` per step, `reserved_mib` the last reserved-bytes sample,
+/// `val_accuracy` of the last evaluation, 0..1, or null).
+///
+/// # Errors
+/// Rejects when the app has not started.
+#[wasm_bindgen]
+pub fn app_state() -> Result<String, JsValue> {
+    with_app(|app| {
+        let h = app.history();
+        serde_json::json!({
+            "status": app.status(),
+            "error": app.error(),
+            "training": app.training(),
+            "device": app.device_label(),
+            "steps": h.last_step,
+            "losses": h.loss.iter().map(|p| p[1]).collect::<Vec<_>>(),
+            "memory_points": h.reserved_mib.len(),
+            "reserved_mib": h.reserved_mib.last().map(|p| p[1]),
+            "predicted_mib": h.predicted_mib,
+            "val_accuracy": app.evaluation().map(|e| e.top1),
+            "preset": app.settings().preset,
+            "batch_size": app.settings().config.train.batch_size,
+        })
+        .to_string()
+    })
 }

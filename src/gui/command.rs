@@ -127,6 +127,10 @@ impl VramfitApp {
             self.error = Some(format!("{e} (pick another dataset folder)"));
             return;
         }
+        if let Some(in_memory) = self.options.in_memory.clone() {
+            self.start_in_memory(resume, in_memory);
+            return;
+        }
         let Some((out, config)) = self.run_to_start(resume) else { return };
         let spec = TrainingSpec {
             config,
@@ -141,6 +145,36 @@ impl VramfitApp {
             self.last_run = Some(out);
             self.error = None;
             self.status = if resume { "resuming".into() } else { "training".into() };
+        }
+    }
+
+    /// Starts a run in this process without a run folder (see [`InMemoryTraining`]).
+    fn start_in_memory(&mut self, resume: bool, in_memory: InMemoryTraining) {
+        if resume {
+            self.error = Some("Resume needs a run folder: here runs are kept in memory; press Train".into());
+            return;
+        }
+        let Ok(splits) = &self.data else { return };
+        let (train, val) = (std::sync::Arc::new(splits.train.clone()), std::sync::Arc::new(splits.val.clone()));
+        let (device, buffer_limit) = match (self.device_choice(), in_memory.gpu) {
+            (DeviceChoice::Gpu(Some(i)), Some(gpu)) => (gpu, Some(self.adapters[i].buffer_limit())),
+            (DeviceChoice::Gpu(_), None) => {
+                self.error = Some("this app trains in memory on the CPU only: select CPU".into());
+                return;
+            }
+            (_, _) => (self.settings.cpu_backend.device(), None),
+        };
+        let request = crate::train_in_memory::InMemoryRequest {
+            config: self.settings.config.clone(),
+            max_steps: self.options.max_steps,
+            buffer_limit,
+        };
+        self.history = RunHistory::default();
+        if self.submit(Job::TrainInMemory { request: Box::new(request), train, val, device }) {
+            self.in_flight.training = true;
+            self.last_run = None;
+            self.error = None;
+            self.status = "training (in memory)".into();
         }
     }
 
@@ -279,7 +313,9 @@ impl VramfitApp {
     /// A session job ended: its result goes to the status line, the views or the error line.
     pub(super) fn job_finished(&mut self, kind: JobKind, result: crate::Result<JobOutput>) {
         match kind {
-            JobKind::TrainInWorker | JobKind::Train | JobKind::OverfitCheck => self.training_finished(result),
+            JobKind::TrainInWorker | JobKind::TrainInMemory | JobKind::Train | JobKind::OverfitCheck => {
+                self.training_finished(result)
+            }
             JobKind::Evaluate => {
                 self.in_flight.evaluating = false;
                 match result {
@@ -321,25 +357,8 @@ impl VramfitApp {
     fn training_finished(&mut self, result: crate::Result<JobOutput>) {
         self.in_flight.training = false;
         match result {
-            Ok(JobOutput::TrainedInWorker(end)) => {
-                self.status = match (&end.val, end.stopped) {
-                    (_, true) => format!("stopped at step {}; press Resume to continue", end.global_step),
-                    (Some(v), false) => {
-                        format!(
-                            "done: validation accuracy {:.1}% after {} epochs",
-                            v.top1 * 100.0,
-                            end.epochs_completed
-                        )
-                    }
-                    (None, false) => "done".into(),
-                };
-                if end.val.is_some() {
-                    self.evaluation = end.val.clone();
-                }
-                if let Some(dir) = &end.export_dir {
-                    self.predict.model_path = Some(dir.clone());
-                }
-            }
+            Ok(JobOutput::TrainedInMemory(trained)) => self.run_ended(&trained.end),
+            Ok(JobOutput::TrainedInWorker(end)) => self.run_ended(&end),
             other => self.job_failed("failed", other),
         }
         let t = self.frame_times.while_training();
@@ -351,5 +370,26 @@ impl VramfitApp {
             t.max_ms,
             t.over_budget
         );
+    }
+
+    /// A run returned normally: its end goes to the status line and the evaluation view, its
+    /// export (when it wrote one) becomes the prediction model.
+    fn run_ended(&mut self, end: &crate::events::RunEnd) {
+        self.status = match (&end.val, end.stopped) {
+            (_, true) if self.options.in_memory.is_some() => {
+                format!("stopped at step {} (a run kept in memory cannot resume)", end.global_step)
+            }
+            (_, true) => format!("stopped at step {}; press Resume to continue", end.global_step),
+            (Some(v), false) => {
+                format!("done: validation accuracy {:.1}% after {} epochs", v.top1 * 100.0, end.epochs_completed)
+            }
+            (None, false) => "done".into(),
+        };
+        if end.val.is_some() {
+            self.evaluation = end.val.clone();
+        }
+        if let Some(dir) = &end.export_dir {
+            self.predict.model_path = Some(dir.clone());
+        }
     }
 }

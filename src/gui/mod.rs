@@ -88,12 +88,24 @@ pub struct AppOptions {
     pub worker: WorkerLaunch,
     /// Stop each run after this many steps (a resumed run: this many more).
     pub max_steps: Option<usize>,
+    /// Train in this process without a run folder (the browser); `None`: in a worker process.
+    pub in_memory: Option<InMemoryTraining>,
 }
 
 impl Default for AppOptions {
     fn default() -> Self {
-        Self { runs_dir: PathBuf::from("runs"), worker: WorkerLaunch::default(), max_steps: None }
+        Self { runs_dir: PathBuf::from("runs"), worker: WorkerLaunch::default(), max_steps: None, in_memory: None }
     }
+}
+
+/// Training in the app's own process without a run folder ([`crate::train_in_memory`]): the
+/// browser's way, where there is no disk and no worker process. Resume, evaluation of a
+/// checkpoint and export from a run folder are not available then.
+#[derive(Clone, Debug, Default)]
+pub struct InMemoryTraining {
+    /// The device of adapter 0, already initialized (a page's WebGPU device is made
+    /// asynchronously before the app starts); `None` trains on the CPU backend.
+    pub gpu: Option<burn::tensor::Device>,
 }
 
 /// Which jobs of the app's session are in flight (exports and predictions can queue up).
@@ -159,7 +171,15 @@ impl VramfitApp {
     /// # Errors
     /// The spawn's [`std::io::Error`].
     pub fn try_with_options(settings: Settings, options: AppOptions) -> std::io::Result<Self> {
-        let adapters = device::list_adapters();
+        Self::with_adapters(settings, options, device::list_adapters())
+    }
+
+    /// [`Self::try_with_options`] with the adapters already listed (a browser lists its one
+    /// adapter asynchronously, [`device::browser_adapter`]).
+    ///
+    /// # Errors
+    /// As [`Self::try_with_options`].
+    pub fn with_adapters(settings: Settings, options: AppOptions, adapters: Vec<AdapterInfo>) -> std::io::Result<Self> {
         let plan = memory::plan(&settings.config, 10);
         let repaint = std::sync::Arc::new(std::sync::OnceLock::<egui::Context>::new());
         let ctx = repaint.clone();
@@ -301,14 +321,17 @@ impl VramfitApp {
     /// Recomputes what depends on the settings (dataset scan, memory plan) when they changed.
     fn refresh(&mut self) {
         if self.data_for.as_ref() != Some(&self.settings.data_dir) {
-            let path = self.settings.data_dir.clone().unwrap_or_else(dataset::bundled_dataset_dir);
             let c = &self.settings.config;
             let opts = ScanOptions {
                 val_fraction: c.data.val_fraction,
                 seed: c.seed,
                 allow_empty_classes: c.data.allow_empty_classes,
             };
-            self.data = dataset::open(&path, &opts).map_err(|e| e.to_string());
+            self.data = match &self.settings.data_dir {
+                Some(path) => dataset::open(path, &opts),
+                None => dataset::open_bundled(&opts),
+            }
+            .map_err(|e| e.to_string());
             self.data_for = Some(self.settings.data_dir.clone());
             self.cache_summary = self.settings.data_dir.as_ref().map(|_| crate::image_cache::summary(&c.data));
         }
@@ -424,6 +447,12 @@ impl eframe::App for VramfitApp {
 
     fn save(&mut self, storage: &mut dyn eframe::Storage) {
         eframe::set_value(storage, eframe::APP_KEY, &self.settings);
+    }
+
+    /// The page's hooks reach the app through this (`eframe::WebRunner::app_mut`, `crate::web`).
+    #[cfg(target_arch = "wasm32")]
+    fn as_any_mut(&mut self) -> Option<&mut dyn std::any::Any> {
+        Some(&mut *self)
     }
 }
 

@@ -10,7 +10,7 @@ use super::*;
 
 /// An app writing its runs under `dir`, training through `worker`.
 fn app_in(dir: &Path, worker: vramfit::gui::WorkerLaunch) -> VramfitApp {
-    let options = AppOptions { runs_dir: dir.join("runs"), worker, max_steps: None };
+    let options = AppOptions { runs_dir: dir.join("runs"), worker, max_steps: None, in_memory: None };
     VramfitApp::with_options(Settings::default(), options)
 }
 

@@ -29,6 +29,7 @@ mod images;
 mod memory;
 mod onnx;
 mod runs;
+mod train_in_memory;
 mod training;
 
 fn cases() -> PathBuf {

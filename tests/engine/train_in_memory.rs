@@ -1,0 +1,138 @@
+//! Training without a run folder (`vramfit::train_in_memory`), the browser's loop, run natively
+//! on flex through the engine session and through the app, as the page runs it on WebGPU.
+
+use std::sync::Arc;
+
+use egui_kittest::Harness;
+use vramfit::gui::{AppOptions, Command, InMemoryTraining, Settings, VramfitApp};
+use vramfit::session::{Job, JobOutput, Session};
+use vramfit::train_in_memory::InMemoryRequest;
+
+use super::*;
+
+/// Two epochs of quickstart on 640 bundled images through the session: the events come in the
+/// run-folder loop's order (Started, a Step and a Memory sample per step, an EpochEnd per epoch,
+/// Finished), the model learns (validation accuracy well over chance, the end's accuracy the
+/// last epoch's), nothing is written to disk, and the returned model predicts as the
+/// evaluation says.
+#[test]
+fn in_memory_training_learns_and_reports_as_the_run_folder_loop_does() {
+    let splits = bundled();
+    let mut train = splits.train.clone();
+    train.samples.truncate(640);
+    let mut val = splits.val.clone();
+    val.samples.truncate(300);
+    let mut config = quickstart();
+    config.train.epochs = 2;
+    config.train.batch_size = 32;
+    let request = InMemoryRequest { config, max_steps: None, buffer_limit: None };
+    let session = Session::start(|| {}).unwrap();
+    let job = Job::TrainInMemory {
+        request: Box::new(request),
+        train: Arc::new(train),
+        val: Arc::new(val.clone()),
+        device: CpuBackend::Flex.device(),
+    };
+    let mut events = Vec::new();
+    let output = session.run(job, &mut |e| events.push(e)).unwrap();
+    let JobOutput::TrainedInMemory(trained) = output else { panic!("not a trained model: {output:?}") };
+    let steps_per_epoch = 640 / 32;
+    assert!(matches!(events.first(), Some(Event::Started { steps_per_epoch: 20, epochs: 2, samples: (640, 300), .. })));
+    assert!(matches!(events.last(), Some(Event::Finished(end)) if *end == trained.end));
+    let steps: Vec<usize> =
+        events.iter().filter_map(|e| if let Event::Step { step, .. } = e { Some(*step) } else { None }).collect();
+    assert_eq!(steps, (1..=2 * steps_per_epoch).collect::<Vec<_>>());
+    // A memory sample per step where the device has pools to read (flex has none).
+    let memory = events.iter().filter(|e| matches!(e, Event::Memory { .. })).count();
+    let pooled = CpuBackend::Flex.device().memory_pool_usage().is_some();
+    assert_eq!(memory, if pooled { steps.len() } else { 0 });
+    let val_accuracy: Vec<f32> = events
+        .iter()
+        .filter_map(|e| if let Event::EpochEnd { val_accuracy, .. } = e { Some(*val_accuracy) } else { None })
+        .collect();
+    assert_eq!(val_accuracy.len(), 2);
+    let end = &trained.end;
+    assert!(!end.stopped && end.epochs_completed == 2 && end.global_step == 40 && end.export_dir.is_none());
+    let top1 = end.val.as_ref().unwrap().top1;
+    assert_eq!(top1, val_accuracy[1], "the end's accuracy is the last epoch's");
+    assert!(top1 > 0.4, "2 epochs on 640 images: {top1} (chance 0.1)");
+    let losses = &trained.losses;
+    let mean = |xs: &[f32]| xs.iter().sum::<f32>() / xs.len() as f32;
+    assert!(mean(&losses[30..]) < mean(&losses[..10]) - 0.3, "loss fell: {losses:?}");
+    assert_eq!((trained.metadata.training.steps, trained.metadata.class_names.len()), (40, 10));
+    // The model handed back is the one evaluated: the same top-1 on the same images.
+    let config = quickstart();
+    let settings = vramfit::eval::EvalSettings {
+        model: &config.model,
+        batch_size: 32,
+        precision: config.train.precision,
+        workers: 0,
+        buffer_limit: None,
+    };
+    let pipeline = Arc::new(SamplePipeline::from_config(&config, false));
+    let again = vramfit::eval::evaluate(&trained.model, Arc::new(val), pipeline, &CpuBackend::Flex.device(), &settings)
+        .unwrap();
+    assert!((again.top1 - top1).abs() < 1e-6, "{} against {top1}", again.top1);
+}
+
+/// A step cap ends the run inside its first epoch as stopped, evaluated at the cap; a stop set
+/// before the run ends it at once.
+#[test]
+fn in_memory_training_stops_at_the_step_cap_and_at_a_stop() {
+    let splits = bundled();
+    let mut config = quickstart();
+    config.train.batch_size = 16;
+    let mut val = splits.val.clone();
+    val.samples.truncate(64);
+    let (train, val) = (Arc::new(splits.train.clone()), Arc::new(val));
+    let device = CpuBackend::Flex.device();
+    let request = InMemoryRequest { config, max_steps: Some(3), buffer_limit: None };
+    let mut sink = |_: Event| {};
+    let no_stop = StopSignal::new();
+    let run =
+        vramfit::train_in_memory::train_in_memory(&request, train.clone(), val.clone(), &device, &mut sink, &no_stop);
+    let trained = pollster::block_on(run).unwrap();
+    assert!(trained.end.stopped && trained.end.global_step == 3 && trained.end.epochs_completed == 0);
+    assert_eq!(trained.end.val.as_ref().unwrap().samples, 64, "evaluated at the cap");
+    let stop = StopSignal::new();
+    stop.stop();
+    let run = vramfit::train_in_memory::train_in_memory(&request, train, val, &device, &mut sink, &stop);
+    let trained = pollster::block_on(run).unwrap();
+    assert!(trained.end.stopped && trained.end.global_step == 0);
+}
+
+/// The app as the browser page runs it (`AppOptions::in_memory`), on the GPU as the page does
+/// (lavapipe in CI; flex where there is no adapter): Train runs the capped run in memory, its
+/// steps and memory samples reach the plots, the status says it stopped at the cap, Resume says
+/// why it cannot, and no run folder appears.
+#[test]
+fn gui_trains_in_memory_as_the_browser_app_does() {
+    let dir = tempfile::tempdir().unwrap();
+    let gpu = gpu();
+    let adapter = gpu.as_ref().and_then(|g| g.adapter.as_ref()).map(|a| a.index);
+    let options = AppOptions {
+        runs_dir: dir.path().join("runs"),
+        max_steps: Some(4),
+        in_memory: Some(InMemoryTraining { gpu: gpu.as_ref().map(|g| g.device.clone()) }),
+        ..AppOptions::default()
+    };
+    let settings = Settings { adapter, cpu_backend: CpuBackend::Flex, ..Settings::default() };
+    let mut app = VramfitApp::with_options(settings, options);
+    app.apply(Command::Train);
+    assert!(app.training(), "{:?}", app.error());
+    let mut harness =
+        Harness::builder().with_size([1280.0, 820.0]).build_ui_state(|ui, app: &mut VramfitApp| app.ui(ui), app);
+    step_until(&mut harness, "the in-memory run", |a| !a.training());
+    let app = harness.state();
+    assert_eq!(app.error(), None);
+    let h = app.history();
+    let samples = if gpu.is_some() { 4 } else { 0 }; // flex has no pools to read
+    assert_eq!((h.last_step, h.loss.len(), h.reserved_mib.len()), (4, 4, samples));
+    assert!(h.reserved_mib.iter().all(|p| p[1] > 0.0));
+    assert!(h.predicted_mib.is_some_and(|p| p > 0.0));
+    assert!(app.status().starts_with("stopped at step 4"), "{}", app.status());
+    assert!(app.evaluation().is_some_and(|e| e.samples == bundled().val.samples.len()));
+    assert!(!dir.path().join("runs").exists(), "a run kept in memory writes no folder");
+    harness.state_mut().apply(Command::Resume);
+    assert!(harness.state().error().is_some_and(|e| e.contains("Resume needs a run folder")));
+}

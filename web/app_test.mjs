@@ -1,0 +1,87 @@
+// Headless browser test of the egui app in a page (web/build.sh first): serves web/, opens
+// app.html in Chromium with WebGPU (SwiftShader here), presses Train through the page's hook
+// (window.vramfitApp.train, what the button does) with a step cap, and checks through
+// window.vramfitApp.state() that steps and memory samples reached the app's plots, the loss fell,
+// the run ended with an evaluation, and no console error or panic appeared.
+// Usage: node web/app_test.mjs [steps] [screenshot.png, taken mid-training]; WEB_TEST_TIMEOUT_S bounds the wait (900).
+import { chromium } from "playwright-core";
+import { createServer } from "node:http";
+import { readFile } from "node:fs/promises";
+import { extname, join, dirname } from "node:path";
+import { fileURLToPath } from "node:url";
+
+const root = dirname(fileURLToPath(import.meta.url));
+const steps = Number(process.argv[2] || 10);
+const screenshot = process.argv[3];
+const types = { ".html": "text/html", ".js": "text/javascript", ".wasm": "application/wasm" };
+const server = createServer(async (req, res) => {
+  const path = join(root, decodeURIComponent(new URL(req.url, "http://x").pathname));
+  try {
+    const body = await readFile(path);
+    res.writeHead(200, { "content-type": types[extname(path)] || "application/octet-stream" });
+    res.end(body);
+  } catch {
+    res.writeHead(404);
+    res.end();
+  }
+}).listen(0, "127.0.0.1");
+await new Promise((ok) => server.on("listening", ok));
+
+const browser = await chromium.launch({
+  executablePath: process.env.CHROMIUM || "/usr/bin/chromium",
+  args: ["--enable-unsafe-webgpu", "--use-angle=swiftshader", "--no-sandbox"],
+});
+const failures = [];
+const page = await browser.newPage({ viewport: { width: 1280, height: 820 } });
+page.on("console", (m) => {
+  console.log(`[page ${m.type()}] ${m.text()}`);
+  if (m.type() === "error") failures.push(`console error: ${m.text()}`);
+});
+page.on("pageerror", (e) => failures.push(`page error: ${e.message}`));
+const started = Date.now();
+const deadline = started + Number(process.env.WEB_TEST_TIMEOUT_S || 900) * 1000;
+const left = () => Math.max(1, deadline - Date.now());
+const state = () => page.evaluate(() => window.vramfitApp.state());
+let end = null;
+try {
+  await page.goto(`http://127.0.0.1:${server.address().port}/app.html`);
+  await page.waitForFunction(() => window.vramfitApp && (window.vramfitApp.started || window.vramfitApp.error), null, { timeout: left(), polling: 200 });
+  const startError = await page.evaluate(() => window.vramfitApp.error);
+  if (startError) throw new Error(`the app did not start: ${startError}`);
+  const before = await state();
+  console.log(`[app] started: ${JSON.stringify(before)}`);
+  if (before.training || before.steps !== 0) failures.push(`a fresh app is training already: ${JSON.stringify(before)}`);
+  if (!/WebGPU|webgpu|BrowserWebGpu|Gpu/i.test(before.device)) failures.push(`the app's device is not the page's adapter: ${before.device}`);
+  await page.evaluate((n) => window.vramfitApp.train(n), steps);
+  if (screenshot) {
+    const half = Math.ceil(steps / 2);
+    await page.waitForFunction((n) => { const s = window.vramfitApp.state(); return s.steps >= n || !s.training; }, half, { timeout: left(), polling: 200 });
+    await page.screenshot({ path: screenshot });
+  }
+  await page.waitForFunction(() => !window.vramfitApp.state().training, null, { timeout: left(), polling: 500 });
+  end = await state();
+} catch (e) {
+  failures.push(`the app did not finish: ${e.message}`);
+}
+await browser.close();
+server.close();
+
+const seconds = ((Date.now() - started) / 1000).toFixed(1);
+if (end) {
+  console.log(`[app] ended: ${JSON.stringify({ ...end, losses: end.losses.map((l) => Number(l.toFixed(3))) })}`);
+  if (end.error) failures.push(`the app shows an error: ${end.error}`);
+  if (end.steps !== steps || end.losses.length !== steps) failures.push(`${end.steps} steps (${end.losses.length} losses) in the plots, ${steps} asked`);
+  const mean = (xs) => xs.reduce((a, b) => a + b, 0) / xs.length;
+  const k = Math.max(1, Math.floor(end.losses.length / 4));
+  const first = mean(end.losses.slice(0, k)), last = mean(end.losses.slice(-k));
+  if (!(last < first)) failures.push(`loss did not fall: first ${k} steps ${first}, last ${k} ${last}`);
+  if (end.memory_points !== steps || !(end.reserved_mib > 0)) failures.push(`memory plot: ${end.memory_points} points, last reserved ${end.reserved_mib} MiB`);
+  if (!(end.predicted_mib > 0)) failures.push("no predicted peak on the memory plot");
+  if (!(end.val_accuracy >= 0 && end.val_accuracy <= 1)) failures.push(`no evaluation at the run's end: ${end.val_accuracy}`);
+  if (!/^stopped at step/.test(end.status)) failures.push(`status after a capped run: ${end.status}`);
+}
+if (failures.length) {
+  console.error(`web app test FAILED after ${seconds} s:\n${failures.join("\n")}`);
+  process.exit(1);
+}
+console.log(`web app test passed in ${seconds} s: ${steps} steps, loss ${end.losses[0].toFixed(3)} -> ${end.losses[end.losses.length - 1].toFixed(3)}, reserved ${end.reserved_mib.toFixed(1)} MiB (planned ${end.predicted_mib.toFixed(1)}), top-1 ${(end.val_accuracy * 100).toFixed(2)}% on the bundled test images`);
