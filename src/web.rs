@@ -317,6 +317,16 @@ pub fn app_train(max_steps: u32) -> Result<(), JsValue> {
     })
 }
 
+/// Picks the preset `name` (`configs/<name>.toml`, built in) in the app, as the preset picker
+/// does (the headless test's hook; the settings then persist in local storage).
+///
+/// # Errors
+/// Rejects when the app has not started; an unknown name shows in the app's error line.
+#[wasm_bindgen]
+pub fn app_select_preset(name: String) -> Result<(), JsValue> {
+    with_app(|app| app.apply(crate::gui::Command::SelectPreset(name)))
+}
+
 /// What the app shows, as a JSON string: `{"status", "error", "training", "device", "steps",
 /// "losses": [..], "memory_points", "reserved_mib", "predicted_mib", "val_accuracy",
 /// "preset", "batch_size"}` (`losses` per step, `reserved_mib` the last reserved-bytes sample,

@@ -2,7 +2,8 @@
 // app.html in Chromium with WebGPU (SwiftShader here), presses Train through the page's hook
 // (window.vramfitApp.train, what the button does) with a step cap, and checks through
 // window.vramfitApp.state() that steps and memory samples reached the app's plots, the loss fell,
-// the run ended with an evaluation, and no console error or panic appeared.
+// the run ended with an evaluation, a preset picked afterwards survives a reload (local
+// storage), and no console error or panic appeared.
 // Usage: node web/app_test.mjs [steps] [screenshot.png, taken mid-training]; WEB_TEST_TIMEOUT_S bounds the wait (900).
 import { chromium } from "playwright-core";
 import { createServer } from "node:http";
@@ -60,6 +61,16 @@ try {
   }
   await page.waitForFunction(() => !window.vramfitApp.state().training, null, { timeout: left(), polling: 500 });
   end = await state();
+  // Settings persist in the browser's local storage: a preset picked now is the one a reload
+  // opens with.
+  const other = end.preset === "8gb" ? "4gb" : "8gb";
+  await page.evaluate((p) => window.vramfitApp.selectPreset(p), other);
+  await page.waitForTimeout(2500); // the app saves within a second of a change
+  await page.reload();
+  await page.waitForFunction(() => window.vramfitApp && (window.vramfitApp.started || window.vramfitApp.error), null, { timeout: left(), polling: 200 });
+  const reloaded = await state();
+  console.log(`[app] after a reload: preset ${reloaded.preset}, batch ${reloaded.batch_size}`);
+  if (reloaded.preset !== other) failures.push(`the preset picked before the reload (${other}) did not persist: ${reloaded.preset}`);
 } catch (e) {
   failures.push(`the app did not finish: ${e.message}`);
 }

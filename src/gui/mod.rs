@@ -449,6 +449,14 @@ impl eframe::App for VramfitApp {
         eframe::set_value(storage, eframe::APP_KEY, &self.settings);
     }
 
+    /// In a browser the settings go to local storage within a second of a change: eframe's
+    /// save on closing the page does not run in Chromium 156 (it listens for `onbeforeunload`,
+    /// not `beforeunload`), so the 30 s default would lose the last changes.
+    #[cfg(target_arch = "wasm32")]
+    fn auto_save_interval(&self) -> std::time::Duration {
+        std::time::Duration::from_secs(1)
+    }
+
     /// The page's hooks reach the app through this (`eframe::WebRunner::app_mut`, `crate::web`).
     #[cfg(target_arch = "wasm32")]
     fn as_any_mut(&mut self) -> Option<&mut dyn std::any::Any> {
