@@ -42,7 +42,6 @@ use crate::error::{Error, Result};
 use crate::eval::EvalResult;
 use crate::events::{Event, LiveBudget, RunEnd, StopSignal};
 use crate::infer::ClassProb;
-#[cfg(not(target_arch = "wasm32"))]
 use crate::infer::Predictor;
 use crate::train::{OverfitResult, TrainRequest, TrainSummary};
 use crate::train_in_memory::{InMemoryRequest, TrainedModel};
@@ -140,6 +139,27 @@ pub enum Job {
         /// Return a thumbnail of each image (the app shows them).
         thumbnails: bool,
     },
+    /// [`Job::Predict`] with a model already on its device (the one [`Job::TrainInMemory`]
+    /// trained, where there is no export folder to load) on images given as files or bytes.
+    PredictWith {
+        /// The model, with the device it is on.
+        predictor: Arc<Predictor>,
+        /// The images.
+        images: Vec<ImageInput>,
+        /// Classes per image.
+        top_k: usize,
+        /// Return a thumbnail of each image.
+        thumbnails: bool,
+    },
+}
+
+/// An image to predict: a file, or a file's bytes (a file dropped on a page has no path).
+#[derive(Clone, Debug, PartialEq)]
+pub struct ImageInput {
+    /// The file, or its name when it came as bytes (errors and the results name it).
+    pub path: PathBuf,
+    /// The file's bytes; `None` reads `path`.
+    pub bytes: Option<Vec<u8>>,
 }
 
 /// One image of a [`Job::Predict`].
@@ -203,7 +223,7 @@ impl Job {
             Job::OverfitCheck { .. } => JobKind::OverfitCheck,
             Job::Evaluate { .. } | Job::EvaluateExport { .. } => JobKind::Evaluate,
             Job::Export { .. } => JobKind::Export,
-            Job::Predict { .. } => JobKind::Predict,
+            Job::Predict { .. } | Job::PredictWith { .. } => JobKind::Predict,
         }
     }
 }
@@ -439,6 +459,13 @@ impl Session {
                         .await
                         .map(|m| JobOutput::TrainedInMemory(Box::new(m)))
                 }
+                Job::PredictWith { predictor, images, top_k, thumbnails } => {
+                    let mut files = Vec::with_capacity(images.len());
+                    for image in images {
+                        files.push(predict_image(&predictor, image, top_k, thumbnails).await);
+                    }
+                    Ok(JobOutput::Predicted(files))
+                }
                 _ => Err(Error::Crashed(format!(
                     "{kind:?} needs a disk, threads or processes: not available in a browser"
                 ))),
@@ -610,6 +637,11 @@ impl Engine {
             Job::Export { run, dir, options } => {
                 Ok(JobOutput::Exported(crate::export::export_run_with(&run, &dir, &options)?))
             }
+            Job::PredictWith { predictor, images, top_k, thumbnails } => {
+                let files =
+                    images.into_iter().map(|i| pollster::block_on(predict_image(&predictor, i, top_k, thumbnails)));
+                Ok(JobOutput::Predicted(files.collect()))
+            }
             Job::Predict { model, paths, top_k, device, thumbnails } => {
                 let predictor = self.predictor_for(model, device)?;
                 let files = paths.into_iter().map(|p| predict_file(predictor, p, top_k, thumbnails)).collect();
@@ -643,24 +675,35 @@ impl Engine {
 #[cfg(not(target_arch = "wasm32"))]
 /// Decodes, predicts and (when asked) thumbnails one file; a bad file gets its reason, not an
 /// error.
+#[cfg(not(target_arch = "wasm32"))]
 fn predict_file(predictor: &Predictor, path: PathBuf, top_k: usize, thumbnails: bool) -> PredictedFile {
-    let loaded = predictor.load_image(&path);
+    pollster::block_on(predict_image(predictor, ImageInput { path, bytes: None }, top_k, thumbnails))
+}
+
+/// Decodes (from its file or its bytes), predicts and (when asked) thumbnails one image; a bad
+/// image gets its reason, not an error. The device read is awaited (a page runs meanwhile).
+async fn predict_image(predictor: &Predictor, input: ImageInput, top_k: usize, thumbnails: bool) -> PredictedFile {
+    let ImageInput { path, bytes } = input;
+    let loaded = match &bytes {
+        Some(b) => predictor.decode_image(b, &path),
+        None => predictor.load_image(&path),
+    };
     let thumbnail = loaded
         .as_ref()
         .ok()
         .filter(|_| thumbnails)
         .map(|img| image::imageops::thumbnail(img, THUMBNAIL_SIZE, THUMBNAIL_SIZE));
-    let result = loaded
-        .and_then(|img| {
-            predictor.predict_image(&img, top_k).map_err(|e| match e {
-                // The file is named: a preprocess failure is this image's fault.
-                Error::Preprocess(m) => {
-                    Error::Image { path: path.clone(), fault: crate::image_io::ImageFault::Unusable(m) }
-                }
-                other => other,
-            })
-        })
-        .map_err(|e| e.to_string());
+    let result = match loaded {
+        Ok(img) => predictor.probabilities_async(std::slice::from_ref(&img)).await.map(|p| predictor.top(&p[0], top_k)),
+        Err(e) => Err(e),
+    }
+    .map_err(|e| match e {
+        // The file is named: a preprocess failure is this image's fault.
+        Error::Preprocess(m) => {
+            Error::Image { path: path.clone(), fault: crate::image_io::ImageFault::Unusable(m) }.to_string()
+        }
+        other => other.to_string(),
+    });
     PredictedFile { path, result, notices: predictor.take_notices(), thumbnail }
 }
 

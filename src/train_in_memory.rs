@@ -45,8 +45,12 @@ pub struct InMemoryRequest {
 
 /// A model trained by [`train_in_memory`].
 pub struct TrainedModel {
-    /// The trained network, without autodiff, on the training device.
+    /// The trained network, without autodiff, on [`Self::device`].
     pub model: Classifier,
+    /// The device it trained on.
+    pub device: Device,
+    /// Bytes one tensor may occupy there (the request's buffer limit).
+    pub buffer_limit: Option<u64>,
     /// What an export's `model.json` would hold for it.
     pub metadata: ModelMetadata,
     /// How the run ended (`export_dir` is `None`: nothing was written).
@@ -92,6 +96,7 @@ pub async fn train_in_memory(
     let mut run = Run {
         trainer: Trainer::new(config, precision, device, train.class_names.clone(), planned, steps_per_epoch),
         device,
+        buffer_limit: request.buffer_limit,
         last_step: request.max_steps.map_or(planned, |m| m.min(planned)),
         planned,
         losses: Vec::new(),
@@ -165,6 +170,7 @@ fn check_request(request: &InMemoryRequest, train: &Dataset, device: &Device) ->
 struct Run<'a> {
     trainer: Trainer,
     device: &'a Device,
+    buffer_limit: Option<u64>,
     /// The step after which the run stops (the step cap, or the last planned step).
     last_step: usize,
     /// Steps the schedule spans (the config's epochs).
@@ -214,7 +220,14 @@ impl Run<'_> {
         let end =
             RunEnd { stopped, global_step: state.global_step, epochs_completed: state.epoch, export_dir: None, val };
         sink(Event::Finished(end.clone()));
-        TrainedModel { model, metadata, end, losses: self.losses }
+        TrainedModel {
+            model,
+            device: self.device.clone(),
+            buffer_limit: self.buffer_limit,
+            metadata,
+            end,
+            losses: self.losses,
+        }
     }
 
     /// Trains on `batches` (one epoch's), `accum` loader batches per optimizer step, sending

@@ -327,9 +327,22 @@ pub fn app_select_preset(name: String) -> Result<(), JsValue> {
     with_app(|app| app.apply(crate::gui::Command::SelectPreset(name)))
 }
 
+/// Drops an image file's bytes on the app (`name` is the file's name), as a browser's drop
+/// does: the model the last run trained predicts it, and [`app_state`]'s `predictions` shows
+/// the result (the headless test's hook).
+///
+/// # Errors
+/// Rejects when the app has not started; the app shows "train first" when there is no model.
+#[wasm_bindgen]
+pub fn app_predict(name: String, bytes: Vec<u8>) -> Result<(), JsValue> {
+    let image = crate::session::ImageInput { path: name.into(), bytes: Some(bytes) };
+    with_app(|app| app.apply(crate::gui::Command::PredictImages(vec![image])))
+}
+
 /// What the app shows, as a JSON string: `{"status", "error", "training", "device", "steps",
 /// "losses": [..], "memory_points", "reserved_mib", "predicted_mib", "val_accuracy",
-/// "preset", "batch_size"}` (`losses` per step, `reserved_mib` the last reserved-bytes sample,
+/// "preset", "batch_size", "predicting", "predictions": [{"file", "top", "error"}, ..]}`
+/// (newest prediction first; `losses` per step, `reserved_mib` the last reserved-bytes sample,
 /// `val_accuracy` of the last evaluation, 0..1, or null).
 ///
 /// # Errors
@@ -351,6 +364,12 @@ pub fn app_state() -> Result<String, JsValue> {
             "val_accuracy": app.evaluation().map(|e| e.top1),
             "preset": app.settings().preset,
             "batch_size": app.settings().config.train.batch_size,
+            "predicting": app.busy() && !app.training(),
+            "predictions": app.predictions().iter().map(|p| serde_json::json!({
+                "file": p.path.display().to_string(),
+                "top": p.result.as_ref().ok(),
+                "error": p.result.as_ref().err(),
+            })).collect::<Vec<_>>(),
         })
         .to_string()
     })

@@ -2,14 +2,16 @@
 // app.html in Chromium with WebGPU (SwiftShader here), presses Train through the page's hook
 // (window.vramfitApp.train, what the button does) with a step cap, and checks through
 // window.vramfitApp.state() that steps and memory samples reached the app's plots, the loss fell,
-// the run ended with an evaluation, a preset picked afterwards survives a reload (local
+// the run ended with an evaluation, dropped images get a top-5 and a text file an error naming
+// it, a preset picked afterwards survives a reload (local
 // storage), and no console error or panic appeared.
 // Usage: node web/app_test.mjs [steps] [screenshot.png, taken mid-training]; WEB_TEST_TIMEOUT_S bounds the wait (900).
 import { chromium } from "playwright-core";
 import { createServer } from "node:http";
 import { readFile } from "node:fs/promises";
-import { extname, join, dirname } from "node:path";
+import { extname, join, dirname, basename } from "node:path";
 import { fileURLToPath } from "node:url";
+import { predictionInputs } from "./test_images.mjs";
 
 const root = dirname(fileURLToPath(import.meta.url));
 const steps = Number(process.argv[2] || 10);
@@ -44,6 +46,7 @@ const deadline = started + Number(process.env.WEB_TEST_TIMEOUT_S || 900) * 1000;
 const left = () => Math.max(1, deadline - Date.now());
 const state = () => page.evaluate(() => window.vramfitApp.state());
 let end = null;
+let predictions = [];
 try {
   await page.goto(`http://127.0.0.1:${server.address().port}/app.html`);
   await page.waitForFunction(() => window.vramfitApp && (window.vramfitApp.started || window.vramfitApp.error), null, { timeout: left(), polling: 200 });
@@ -61,6 +64,16 @@ try {
   }
   await page.waitForFunction(() => !window.vramfitApp.state().training, null, { timeout: left(), polling: 500 });
   end = await state();
+  // Dropped files: three bundled test images and a text file, as a browser's drop hands them to
+  // the app (name and bytes); each image gets a top-5 from the model just trained, the text file
+  // an error naming it.
+  const inputs = await predictionInputs(3);
+  for (const path of [...inputs.images, inputs.text]) {
+    const bytes = [...(await readFile(path))];
+    await page.evaluate(([name, b]) => window.vramfitApp.predict(name, new Uint8Array(b)), [basename(path), bytes]);
+  }
+  await page.waitForFunction(() => { const s = window.vramfitApp.state(); return s.predictions.length >= 4 && !s.predicting; }, null, { timeout: left(), polling: 200 });
+  predictions = (await state()).predictions;
   // Settings persist in the browser's local storage: a preset picked now is the one a reload
   // opens with.
   const other = end.preset === "8gb" ? "4gb" : "8gb";
@@ -91,6 +104,14 @@ if (end) {
   if (!(end.val_accuracy >= 0 && end.val_accuracy <= 1)) failures.push(`no evaluation at the run's end: ${end.val_accuracy}`);
   if (!/^stopped at step/.test(end.status)) failures.push(`status after a capped run: ${end.status}`);
 }
+const byFile = Object.fromEntries(predictions.map((p) => [p.file, p]));
+for (const name of ["test-0.png", "test-1.png", "test-2.png"]) {
+  const p = byFile[name];
+  if (!p || !p.top || p.top.length !== 5 || !(p.top[0].probability >= p.top[4].probability)) failures.push(`${name}: no top-5 from the app (${JSON.stringify(p)})`);
+}
+const text = byFile["notes.txt"];
+console.log(`[app predict] ${predictions.map((p) => `${p.file}: ${p.top ? `${p.top[0].name} ${p.top[0].probability.toFixed(3)}` : p.error}`).join("; ")}`);
+if (!text || !text.error || !text.error.includes("notes.txt")) failures.push(`a text file must give an error naming it, got ${JSON.stringify(text)}`);
 if (failures.length) {
   console.error(`web app test FAILED after ${seconds} s:\n${failures.join("\n")}`);
   process.exit(1);

@@ -13,12 +13,11 @@
 // Usage: node web/test.mjs [steps] [screenshot.png, taken mid-training]; WEB_TEST_TIMEOUT_S bounds the wait (1200).
 import { chromium } from "playwright-core";
 import { createServer } from "node:http";
-import { readFile, writeFile, mkdir, mkdtemp, access } from "node:fs/promises";
-import { tmpdir } from "node:os";
-import { gunzipSync, deflateSync } from "node:zlib";
+import { readFile, writeFile, mkdir, access } from "node:fs/promises";
 import { execFileSync } from "node:child_process";
 import { extname, join, dirname, basename } from "node:path";
 import { fileURLToPath } from "node:url";
+import { predictionInputs } from "./test_images.mjs";
 
 const root = dirname(fileURLToPath(import.meta.url));
 
@@ -37,53 +36,6 @@ function sameTop(a, b) {
     && b.every((c) => (inA.has(c.index) ? close(c.probability, inA.get(c.index), 1e-4) : close(c.probability, lastA, 1e-4)));
 }
 
-// An 8-bit greyscale PNG of `pixels` (row-major, width x height).
-function png(pixels, width, height) {
-  const crc32 = (bytes) => {
-    let crc = 0xffffffff;
-    for (const b of bytes) {
-      crc ^= b;
-      for (let k = 0; k < 8; k++) crc = crc & 1 ? 0xedb88320 ^ (crc >>> 1) : crc >>> 1;
-    }
-    return (crc ^ 0xffffffff) >>> 0;
-  };
-  const chunk = (type, data) => {
-    const body = Buffer.concat([Buffer.from(type, "ascii"), data]);
-    const out = Buffer.alloc(body.length + 8);
-    out.writeUInt32BE(data.length, 0);
-    body.copy(out, 4);
-    out.writeUInt32BE(crc32(body), body.length + 4);
-    return out;
-  };
-  const header = Buffer.alloc(13);
-  header.writeUInt32BE(width, 0);
-  header.writeUInt32BE(height, 4);
-  header.set([8, 0, 0, 0, 0], 8); // 8 bits, greyscale, deflate, no filter, no interlace
-  const rows = [];
-  for (let y = 0; y < height; y++) rows.push(Buffer.from([0]), pixels.subarray(y * width, (y + 1) * width));
-  return Buffer.concat([
-    Buffer.from([0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a]),
-    chunk("IHDR", header),
-    chunk("IDAT", deflateSync(Buffer.concat(rows))),
-    chunk("IEND", Buffer.alloc(0)),
-  ]);
-}
-
-// The first `n` bundled test images as PNG files in a new folder, and a text file beside them.
-async function predictionInputs(n) {
-  const idx = gunzipSync(await readFile(join(root, "..", "assets", "fashion-mnist-subset", "t10k-images-idx3-ubyte.gz")));
-  const [rows, cols] = [idx.readUInt32BE(8), idx.readUInt32BE(12)];
-  const dir = await mkdtemp(join(tmpdir(), "vramfit-web-"));
-  const images = [];
-  for (let i = 0; i < n; i++) {
-    const path = join(dir, `test-${i}.png`);
-    await writeFile(path, png(idx.subarray(16 + i * rows * cols, 16 + (i + 1) * rows * cols), cols, rows));
-    images.push(path);
-  }
-  const text = join(dir, "notes.txt");
-  await writeFile(text, "not an image\n");
-  return { images, text };
-}
 const steps = Number(process.argv[2] || 30);
 const screenshot = process.argv[3];
 const types = { ".html": "text/html", ".js": "text/javascript", ".wasm": "application/wasm" };

@@ -41,6 +41,9 @@ pub enum Command {
     ChooseModel(PathBuf),
     /// Predict these image files.
     Predict(Vec<PathBuf>),
+    /// Predict these images (files or a browser's dropped bytes) with the model the last
+    /// in-memory run trained.
+    PredictImages(Vec<crate::session::ImageInput>),
     /// Forget the predictions shown.
     ClearPredictions,
     /// Files dropped on the window: one dataset folder (or IDX file) becomes the dataset,
@@ -85,6 +88,7 @@ impl VramfitApp {
             Command::Export(dir) => self.export_to(dir),
             Command::ChooseModel(path) => self.predict.model_path = Some(path),
             Command::Predict(paths) => self.predict_files(paths),
+            Command::PredictImages(images) => self.predict_images(images),
             Command::ClearPredictions => self.predict.clear(),
             Command::Drop(paths) => self.handle_drop(paths),
             Command::SaveMetrics(path) => {
@@ -248,8 +252,26 @@ impl VramfitApp {
         }
     }
 
-    /// Predicts `paths` with the chosen weights (or the last run's export) on the session.
+    /// Predicts `images` with the model the last in-memory run trained, on the session.
+    fn predict_images(&mut self, images: Vec<crate::session::ImageInput>) {
+        self.view = View::Predict;
+        let Some(predictor) = self.in_memory_model.clone() else {
+            self.predict.error = Some("no model yet: press Train first".into());
+            return;
+        };
+        if self.submit(Job::PredictWith { predictor, images, top_k: 5, thumbnails: true }) {
+            self.in_flight.predicting += 1;
+        }
+    }
+
+    /// Predicts `paths` with the chosen weights (or the last run's export, or the model the
+    /// last in-memory run trained) on the session.
     fn predict_files(&mut self, paths: Vec<PathBuf>) {
+        if self.options.in_memory.is_some() && self.predict.model_path.is_none() {
+            let images = paths.into_iter().map(|path| crate::session::ImageInput { path, bytes: None });
+            self.predict_images(images.collect());
+            return;
+        }
         self.view = View::Predict;
         let Some(model) = self.predict.model_dir(self.last_run.as_deref()) else {
             self.predict.error = Some(
@@ -357,7 +379,16 @@ impl VramfitApp {
     fn training_finished(&mut self, result: crate::Result<JobOutput>) {
         self.in_flight.training = false;
         match result {
-            Ok(JobOutput::TrainedInMemory(trained)) => self.run_ended(&trained.end),
+            Ok(JobOutput::TrainedInMemory(trained)) => {
+                self.run_ended(&trained.end);
+                let t = *trained;
+                let predictor = crate::infer::Predictor::from_model(t.model, t.metadata, t.device)
+                    .with_buffer_limit(t.buffer_limit);
+                // In a browser an image too large for the device's buffers is refused: a page
+                // has no memory to spare for the CPU copy native prediction would use.
+                let predictor = if cfg!(target_arch = "wasm32") { predictor.without_cpu_fallback() } else { predictor };
+                self.in_memory_model = Some(std::sync::Arc::new(predictor));
+            }
             Ok(JobOutput::TrainedInWorker(end)) => self.run_ended(&end),
             other => self.job_failed("failed", other),
         }

@@ -130,6 +130,11 @@ pub struct VramfitApp {
     plan: Plan,
     plan_for: Option<Config>,
     session: Session,
+    /// Files dropped on a page, read asynchronously (a browser has no paths).
+    #[cfg(target_arch = "wasm32")]
+    page_drops: predict::PageDrops,
+    /// The model the last in-memory run trained ([`InMemoryTraining`]), for prediction.
+    in_memory_model: Option<std::sync::Arc<crate::infer::Predictor>>,
     /// The context the session's repaint requests go to (known from the first frame on).
     repaint: std::sync::Arc<std::sync::OnceLock<egui::Context>>,
     in_flight: InFlight,
@@ -197,6 +202,9 @@ impl VramfitApp {
             plan,
             plan_for: None,
             session,
+            in_memory_model: None,
+            #[cfg(target_arch = "wasm32")]
+            page_drops: predict::PageDrops::default(),
             repaint,
             in_flight: InFlight::default(),
             commands: Vec::new(),
@@ -389,10 +397,19 @@ impl VramfitApp {
             ui.ctx().send_viewport_cmd(egui::ViewportCommand::Title(title.clone()));
             self.title_sent = title;
         }
-        let dropped: Vec<PathBuf> =
-            ui.ctx().input(|i| i.raw.dropped_files.iter().map(|f| crate::user_path::normalize(f.path())).collect());
+        let dropped = ui.ctx().input(|i| i.raw.dropped_files.clone());
+        #[cfg(not(target_arch = "wasm32"))]
         if !dropped.is_empty() {
-            self.commands.push(Command::Drop(dropped));
+            self.commands.push(Command::Drop(dropped.iter().map(|f| crate::user_path::normalize(f.path())).collect()));
+        }
+        // A browser gives a dropped file's name and its bytes, read asynchronously.
+        #[cfg(target_arch = "wasm32")]
+        {
+            self.page_drops.read(dropped, ui.ctx());
+            let images = self.page_drops.take();
+            if !images.is_empty() {
+                self.commands.push(Command::PredictImages(images));
+            }
         }
         egui::Panel::left("setup").resizable(true).default_size(330.0).show(ui, |ui| {
             egui::ScrollArea::vertical().show(ui, |ui| self.setup_ui(ui));

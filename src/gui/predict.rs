@@ -127,3 +127,33 @@ impl PredictView {
         });
     }
 }
+
+/// Files dropped on a page: a browser gives their names and reads their bytes asynchronously,
+/// so each is read by a task of the page and collected here for the next frame.
+#[cfg(target_arch = "wasm32")]
+#[derive(Default)]
+pub(super) struct PageDrops {
+    read: std::rc::Rc<std::cell::RefCell<Vec<crate::session::ImageInput>>>,
+}
+
+#[cfg(target_arch = "wasm32")]
+impl PageDrops {
+    /// Starts reading `files`; the frame after each read ends picks it up ([`Self::take`]). A
+    /// file the browser cannot read comes as empty bytes, which prediction names as empty.
+    pub(super) fn read(&self, files: Vec<egui::DroppedFileHandle>, ctx: &egui::Context) {
+        for file in files {
+            let (read, ctx) = (self.read.clone(), ctx.clone());
+            wasm_bindgen_futures::spawn_local(async move {
+                let bytes = file.bytes_async().await.unwrap_or_default();
+                let path = file.path().to_path_buf();
+                read.borrow_mut().push(crate::session::ImageInput { path, bytes: Some(bytes) });
+                ctx.request_repaint();
+            });
+        }
+    }
+
+    /// The files read since the last call.
+    pub(super) fn take(&self) -> Vec<crate::session::ImageInput> {
+        std::mem::take(&mut *self.read.borrow_mut())
+    }
+}

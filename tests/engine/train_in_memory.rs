@@ -133,6 +133,24 @@ fn gui_trains_in_memory_as_the_browser_app_does() {
     assert!(app.status().starts_with("stopped at step 4"), "{}", app.status());
     assert!(app.evaluation().is_some_and(|e| e.samples == bundled().val.samples.len()));
     assert!(!dir.path().join("runs").exists(), "a run kept in memory writes no folder");
+    // Images predicted with the model the run kept: files, and a browser drop's bytes.
+    let pngs = bundled_test_pngs(&dir.path().join("images"), 2);
+    let mut images: Vec<PathBuf> = pngs.read_dir().unwrap().map(|e| e.unwrap().path()).collect();
+    let text = dir.path().join("notes.txt");
+    std::fs::write(&text, "not an image\n").unwrap();
+    images.push(text);
+    let dropped = std::fs::read(&images[0]).unwrap();
+    harness.state_mut().apply(Command::Predict(images));
+    let input = vramfit::session::ImageInput { path: "dropped.png".into(), bytes: Some(dropped) };
+    harness.state_mut().apply(Command::PredictImages(vec![input]));
+    step_until(&mut harness, "the predictions", |a| !a.busy() && a.predictions().len() == 4);
+    for p in harness.state().predictions() {
+        match (&p.result, p.path.ends_with("notes.txt")) {
+            (Err(e), true) => assert!(e.contains("notes.txt"), "{e}"),
+            (Ok(top), false) => assert!(top.len() == 5 && top[0].probability >= top[4].probability, "{top:?}"),
+            other => panic!("{}: {other:?}", p.path.display()),
+        }
+    }
     harness.state_mut().apply(Command::Resume);
     assert!(harness.state().error().is_some_and(|e| e.contains("Resume needs a run folder")));
 }
