@@ -440,8 +440,11 @@ impl Session {
     }
 
     /// In a browser: runs `job` as a task of the page's executor, which runs it between the
-    /// page's own work (every device read is awaited). Only [`Job::TrainInMemory`] runs there;
-    /// the other jobs need a disk, threads or processes and finish with an error saying so.
+    /// page's own work (every device read is awaited). Only [`Job::TrainInMemory`] and
+    /// [`Job::PredictWith`] run there; the other jobs need a disk, threads or processes and
+    /// finish with an error saying so. A page reads reports with [`Self::try_recv`]: the
+    /// blocking [`Self::recv`], [`Self::wait`] and [`Self::run`] would wait on the page's only
+    /// thread for a task that thread has to run.
     /// Jobs submitted while one runs are not queued behind it: their awaits interleave.
     #[cfg(target_arch = "wasm32")]
     fn run_in_page(&self, job: Job) -> bool {

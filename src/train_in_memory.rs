@@ -17,10 +17,10 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use burn::module::Module;
-use burn::tensor::Device;
+use burn::tensor::{Device, FloatDType};
 use web_time::Instant;
 
-use crate::config::Config;
+use crate::config::{Config, Precision};
 use crate::dataset::Dataset;
 use crate::error::{Error, Result};
 use crate::eval::{self, EvalResult};
@@ -68,8 +68,11 @@ impl std::fmt::Debug for TrainedModel {
 /// Trains `request.config` on `train` on `device` and evaluates on `val` after each epoch (and
 /// once at the end when a step cap or a stop cut the last epoch short), sending
 /// [`Event::Started`], then per optimizer step [`Event::Step`] and [`Event::Memory`] (every
-/// step), [`Event::EpochEnd`] per epoch and [`Event::Finished`].
-/// A stop set on `stop` ends the run after the current step (`end.stopped`).
+/// step, where the device has pools to read: not on flex), [`Event::SampleSkipped`] per
+/// undecodable training image, [`Event::EpochEnd`] per epoch and [`Event::Finished`]; f16 on a
+/// device without it trains in f32 after an [`Event::Warning`], as the run-folder loop does.
+/// A stop set on `stop` ends the run after the current step (`end.stopped`); a cap or stop that
+/// falls on an epoch's last step still ends that epoch (evaluated, counted as completed).
 ///
 /// # Errors
 /// [`Error::Memory`] when one micro-batch's largest tensor exceeds `request.buffer_limit` (before
@@ -92,7 +95,12 @@ pub async fn train_in_memory(
     let steps_per_epoch = train.samples.len().div_ceil(batch_size).div_ceil(accum);
     let epochs = config.train.epochs.max(1);
     let planned = steps_per_epoch * epochs;
-    let precision = config.train.precision;
+    let mut config = config.clone();
+    if config.train.precision == Precision::F16 && !device.supports_dtype(FloatDType::F16) {
+        sink(Event::Warning(format!("{device:?} has no f16: training in f32")));
+        config.train.precision = Precision::F32;
+    }
+    let (config, precision) = (&config, config.train.precision);
     let mut run = Run {
         trainer: Trainer::new(config, precision, device, train.class_names.clone(), planned, steps_per_epoch),
         device,
@@ -146,7 +154,7 @@ pub async fn train_in_memory(
         val_result = Some(r);
     }
     let model = run.trainer.model().valid();
-    if val_result.is_none() || stopped {
+    if stopped {
         // Cut short: the end's accuracy is of the model as it is now.
         val_result = Some(eval::evaluate_async(&model, val, eval_pipeline, device, &settings).await?);
     }
@@ -185,6 +193,8 @@ struct EpochTotals {
     loss_sum: f64,
     accuracy_sum: f64,
     images: usize,
+    /// Training samples left out (undecodable), each also sent as [`Event::SampleSkipped`].
+    skipped: usize,
     /// The step cap or a stop ended the run inside this epoch.
     cut_short: bool,
 }
@@ -200,7 +210,7 @@ impl EpochTotals {
             val_loss: val.loss,
             val_accuracy: val.top1,
             secs,
-            skipped: val.skipped.len(),
+            skipped: self.skipped,
             data_wait_secs: 0.0,
         }
     }
@@ -241,16 +251,23 @@ impl Run<'_> {
         sink: EventSink<'_>,
         stop: &StopSignal,
     ) -> Result<EpochTotals> {
-        let mut totals = EpochTotals { loss_sum: 0.0, accuracy_sum: 0.0, images: 0, cut_short: false };
+        let mut totals = EpochTotals { loss_sum: 0.0, accuracy_sum: 0.0, images: 0, skipped: 0, cut_short: false };
         loop {
+            let step_batches: Vec<_> = batches.by_ref().take(accum).collect();
+            if step_batches.is_empty() {
+                // The epoch is over, even when the cap or a stop falls on its last step.
+                return Ok(totals);
+            }
             let step = self.trainer.state.global_step;
             if stop.is_set() || step >= self.last_step && self.last_step < self.planned {
                 totals.cut_short = true;
                 return Ok(totals);
             }
-            let step_batches: Vec<_> = batches.by_ref().take(accum).collect();
-            if step_batches.is_empty() {
-                return Ok(totals);
+            for batch in &step_batches {
+                totals.skipped += batch.skipped.len();
+                for (source, reason) in &batch.skipped {
+                    sink(Event::SampleSkipped { source: source.clone(), reason: reason.clone() });
+                }
             }
             let step_start = Instant::now();
             let stats = self.trainer.step_async(&step_batches, false, sink).await.map_err(|e| match e {

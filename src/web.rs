@@ -3,8 +3,9 @@
 //! - `web/app.html`: the egui app itself ([`start_app`]), the desktop app's panels and plots
 //!   on a canvas, a thin client of one engine [`crate::session::Session`] whose jobs run as
 //!   tasks of the page ([`crate::session::Job::TrainInMemory`]); its settings persist in the
-//!   browser's local storage (eframe's storage, as the desktop app's in a file). [`app_train`]
-//!   and [`app_state`] are the hooks the headless test drives it with.
+//!   browser's local storage (eframe's storage, as the desktop app's in a file). [`app_train`],
+//!   [`app_predict`], [`app_select_preset`] and [`app_state`] are the hooks the headless test
+//!   drives it with.
 //! - `web/index.html`: a plain page around [`train_quickstart`] (train, evaluate, export as
 //!   downloads) and [`predict`] (images picked or dropped on the page), the CI test's
 //!   comparison with native `vramfit eval` / `predict`.
@@ -106,7 +107,8 @@ pub async fn train_quickstart(steps: u32, on_step: js_sys::Function) -> Result<j
     })
     .map_err(js_error)?;
     let (train, test) = (Arc::new(splits.train), Arc::new(splits.val));
-    // The epochs the steps span, so the schedule ends with the steps asked for.
+    // The epochs the steps span: the schedule spans whole epochs (as a native run capped with
+    // --max-steps), so it decays to its end only when `steps` is a whole number of epochs.
     let mut config = config;
     let steps_per_epoch = train.samples.len().div_ceil(config.train.batch_size).div_ceil(config.train.grad_accum_steps);
     config.train.epochs = (steps as usize).div_ceil(steps_per_epoch.max(1)).max(1);

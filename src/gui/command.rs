@@ -166,6 +166,12 @@ impl VramfitApp {
                 self.error = Some("this app trains in memory on the CPU only: select CPU".into());
                 return;
             }
+            // A page's CPU backend computes without ever yielding to the page: it would freeze
+            // (no frames, no Stop) until the run ends.
+            (_, _) if cfg!(target_arch = "wasm32") => {
+                self.error = Some("in a browser the app trains on the page's WebGPU adapter: select it".into());
+                return;
+            }
             (_, _) => (self.settings.cpu_backend.device(), None),
         };
         let request = crate::train_in_memory::InMemoryRequest {

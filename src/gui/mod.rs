@@ -103,8 +103,10 @@ impl Default for AppOptions {
 /// checkpoint and export from a run folder are not available then.
 #[derive(Clone, Debug, Default)]
 pub struct InMemoryTraining {
-    /// The device of adapter 0, already initialized (a page's WebGPU device is made
-    /// asynchronously before the app starts); `None` trains on the CPU backend.
+    /// The device of the selected adapter, already initialized (a page's WebGPU device is made
+    /// asynchronously before the app starts; the page has that one adapter); `None`: GPU
+    /// training is refused and the CPU backend trains (natively; a page refuses the CPU, whose
+    /// kernels never yield to the page).
     pub gpu: Option<burn::tensor::Device>,
 }
 

@@ -76,7 +76,7 @@ fn in_memory_training_learns_and_reports_as_the_run_folder_loop_does() {
 }
 
 /// A step cap ends the run inside its first epoch as stopped, evaluated at the cap; a stop set
-/// before the run ends it at once.
+/// before the run ends it at once; a cap on an epoch's last step still completes that epoch.
 #[test]
 fn in_memory_training_stops_at_the_step_cap_and_at_a_stop() {
     let splits = bundled();
@@ -96,9 +96,21 @@ fn in_memory_training_stops_at_the_step_cap_and_at_a_stop() {
     assert_eq!(trained.end.val.as_ref().unwrap().samples, 64, "evaluated at the cap");
     let stop = StopSignal::new();
     stop.stop();
-    let run = vramfit::train_in_memory::train_in_memory(&request, train, val, &device, &mut sink, &stop);
+    let run =
+        vramfit::train_in_memory::train_in_memory(&request, train.clone(), val.clone(), &device, &mut sink, &stop);
     let trained = pollster::block_on(run).unwrap();
     assert!(trained.end.stopped && trained.end.global_step == 0);
+    // A cap on an epoch's last step: that epoch ends (evaluated, completed), the run is stopped.
+    let mut small = (*train).clone();
+    small.samples.truncate(64);
+    let mut request = request;
+    request.config.train.epochs = 2;
+    request.max_steps = Some(4); // 64 images / batch 16 = one epoch
+    let mut epoch_ends = 0;
+    let mut count = |e: Event| epoch_ends += usize::from(matches!(e, Event::EpochEnd { .. }));
+    let run = vramfit::train_in_memory::train_in_memory(&request, Arc::new(small), val, &device, &mut count, &no_stop);
+    let end = pollster::block_on(run).unwrap().end;
+    assert_eq!((end.stopped, end.global_step, end.epochs_completed, epoch_ends), (true, 4, 1, 1));
 }
 
 /// The app as the browser page runs it (`AppOptions::in_memory`), on the GPU as the page does
