@@ -1,6 +1,12 @@
 //! Learning-rate schedule: linear warmup from 0 to the peak, then cosine decay to
 //! `min_lr_ratio x peak` (Loshchilov & Hutter, SGDR, 2017; warmup as Goyal et al. 2017).
 
+/// Optimizer steps in one epoch of `samples` training images: `ceil(ceil(samples / batch_size)
+/// / grad_accum_steps)` (the last loader batch and the last accumulation group may be short).
+pub fn steps_per_epoch(samples: usize, train: &crate::config::TrainConfig) -> usize {
+    samples.div_ceil(train.batch_size.max(1)).div_ceil(train.grad_accum_steps.max(1))
+}
+
 /// The schedule over a whole run, in optimizer steps.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct WarmupCosine {

@@ -40,9 +40,8 @@ use crate::dataset::{Dataset, Splits};
 use crate::device::{DeviceChoice, SelectedDevice};
 use crate::error::{Error, Result};
 use crate::eval::EvalResult;
-use crate::events::{Event, LiveBudget, RunEnd, StopSignal};
-use crate::infer::ClassProb;
-use crate::infer::Predictor;
+use crate::events::{Event, EventSink, LiveBudget, RunEnd, StopSignal};
+use crate::infer::{ClassProb, Predictor};
 use crate::train::{OverfitResult, TrainRequest, TrainSummary};
 use crate::train_in_memory::{InMemoryRequest, TrainedModel};
 use crate::worker_process::WorkerJob;
@@ -316,8 +315,8 @@ pub struct Session {
     supervisors: Mutex<Vec<JoinHandle<()>>>,
 }
 
-#[cfg(not(target_arch = "wasm32"))]
 /// Closes the report queue when the engine thread ends, even by a panic outside a job.
+#[cfg(not(target_arch = "wasm32"))]
 struct CloseOnDrop(Arc<ReportQueue>);
 
 #[cfg(not(target_arch = "wasm32"))]
@@ -452,27 +451,11 @@ impl Session {
             (self.queue.clone(), self.notify.clone(), self.pending.clone(), self.stop.clone());
         wasm_bindgen_futures::spawn_local(async move {
             let kind = job.kind();
-            let result = match job {
-                Job::TrainInMemory { request, train, val, device } => {
-                    let mut sink = |e: Event| {
-                        queue.push(Report::Event(e));
-                        notify();
-                    };
-                    crate::train_in_memory::train_in_memory(&request, train, val, &device, &mut sink, &stop)
-                        .await
-                        .map(|m| JobOutput::TrainedInMemory(Box::new(m)))
-                }
-                Job::PredictWith { predictor, images, top_k, thumbnails } => {
-                    let mut files = Vec::with_capacity(images.len());
-                    for image in images {
-                        files.push(predict_image(&predictor, image, top_k, thumbnails).await);
-                    }
-                    Ok(JobOutput::Predicted(files))
-                }
-                _ => Err(Error::Crashed(format!(
-                    "{kind:?} needs a disk, threads or processes: not available in a browser"
-                ))),
+            let mut sink = |e: Event| {
+                queue.push(Report::Event(e));
+                notify();
             };
+            let result = run_async(job, &mut sink, &stop).await;
             done.fetch_sub(1, Ordering::SeqCst);
             queue.push(Report::Finished { kind, result });
             notify();
@@ -579,15 +562,15 @@ impl Drop for Session {
     }
 }
 
-#[cfg(not(target_arch = "wasm32"))]
 /// `job`'s result, or [`Error::Crashed`] with the message of its panic.
+#[cfg(not(target_arch = "wasm32"))]
 fn catch_panic(job: impl FnOnce() -> Result<JobOutput>) -> Result<JobOutput> {
     std::panic::catch_unwind(AssertUnwindSafe(job))
         .unwrap_or_else(|panic| Err(Error::Crashed(crate::events::panic_message(panic.as_ref()))))
 }
 
-#[cfg(not(target_arch = "wasm32"))]
 /// The engine thread's state: the queue it reports to, the controls, and the cached predictor.
+#[cfg(not(target_arch = "wasm32"))]
 struct Engine {
     queue: Arc<ReportQueue>,
     stop: StopSignal,
@@ -595,8 +578,8 @@ struct Engine {
     predictor: Option<CachedPredictor>,
 }
 
-#[cfg(not(target_arch = "wasm32"))]
 /// A predictor with what it was loaded from; reused while all three stay the same.
+#[cfg(not(target_arch = "wasm32"))]
 struct CachedPredictor {
     model: PathBuf,
     device: DeviceChoice,
@@ -618,9 +601,8 @@ impl Engine {
                 let summary = crate::train::train(&request, &device, &splits, &mut sink, &self.stop)?;
                 Ok(JobOutput::Trained(Box::new(summary)))
             }
-            Job::TrainInMemory { request, train, val, device } => {
-                let run = crate::train_in_memory::train_in_memory(&request, train, val, &device, &mut sink, &self.stop);
-                Ok(JobOutput::TrainedInMemory(Box::new(pollster::block_on(run)?)))
+            job @ (Job::TrainInMemory { .. } | Job::PredictWith { .. }) => {
+                pollster::block_on(run_async(job, &mut sink, &self.stop))
             }
             Job::TrainInWorker(job) => {
                 // Normally started on a supervisor thread by `Session::submit`.
@@ -639,11 +621,6 @@ impl Engine {
             }
             Job::Export { run, dir, options } => {
                 Ok(JobOutput::Exported(crate::export::export_run_with(&run, &dir, &options)?))
-            }
-            Job::PredictWith { predictor, images, top_k, thumbnails } => {
-                let files =
-                    images.into_iter().map(|i| pollster::block_on(predict_image(&predictor, i, top_k, thumbnails)));
-                Ok(JobOutput::Predicted(files.collect()))
             }
             Job::Predict { model, paths, top_k, device, thumbnails } => {
                 let predictor = self.predictor_for(model, device)?;
@@ -675,7 +652,30 @@ impl Engine {
     }
 }
 
-#[cfg(not(target_arch = "wasm32"))]
+/// The jobs that run the same way on the engine thread (driven by `pollster::block_on`) and
+/// in a page (awaited between the page's work): [`Job::TrainInMemory`] and [`Job::PredictWith`].
+/// Every other job finishes with an error saying it is not available in a browser (only a page
+/// hands it here).
+async fn run_async(job: Job, sink: EventSink<'_>, stop: &StopSignal) -> Result<JobOutput> {
+    match job {
+        Job::TrainInMemory { request, train, val, device } => {
+            let trained = crate::train_in_memory::train_in_memory(&request, train, val, &device, sink, stop).await?;
+            Ok(JobOutput::TrainedInMemory(Box::new(trained)))
+        }
+        Job::PredictWith { predictor, images, top_k, thumbnails } => {
+            let mut files = Vec::with_capacity(images.len());
+            for image in images {
+                files.push(predict_image(&predictor, image, top_k, thumbnails).await);
+            }
+            Ok(JobOutput::Predicted(files))
+        }
+        other => Err(Error::Crashed(format!(
+            "{:?} needs a disk, threads or processes: not available in a browser",
+            other.kind()
+        ))),
+    }
+}
+
 /// Decodes, predicts and (when asked) thumbnails one file; a bad file gets its reason, not an
 /// error.
 #[cfg(not(target_arch = "wasm32"))]

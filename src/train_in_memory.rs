@@ -92,7 +92,7 @@ pub async fn train_in_memory(
     let batch_size = config.train.batch_size.max(1);
     let accum = config.train.grad_accum_steps.max(1);
     check_request(request, &train, device)?;
-    let steps_per_epoch = train.samples.len().div_ceil(batch_size).div_ceil(accum);
+    let steps_per_epoch = crate::schedule::steps_per_epoch(train.samples.len(), &config.train);
     let epochs = config.train.epochs.max(1);
     let planned = steps_per_epoch * epochs;
     let mut config = config.clone();

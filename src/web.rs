@@ -110,7 +110,7 @@ pub async fn train_quickstart(steps: u32, on_step: js_sys::Function) -> Result<j
     // The epochs the steps span: the schedule spans whole epochs (as a native run capped with
     // --max-steps), so it decays to its end only when `steps` is a whole number of epochs.
     let mut config = config;
-    let steps_per_epoch = train.samples.len().div_ceil(config.train.batch_size).div_ceil(config.train.grad_accum_steps);
+    let steps_per_epoch = crate::schedule::steps_per_epoch(train.samples.len(), &config.train);
     config.train.epochs = (steps as usize).div_ceil(steps_per_epoch.max(1)).max(1);
     let request =
         InMemoryRequest { config: config.clone(), max_steps: Some(steps as usize), buffer_limit: Some(limit) };
