@@ -92,18 +92,28 @@ pub fn export_with(
     dir: &Path,
     options: &ExportOptions,
 ) -> Result<Vec<PathBuf>> {
-    std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
-    let mut written = Vec::new();
     let files = export_files(model, config, classes, training, options).map_err(|e| match e {
         Error::Io { path, message } => Error::Io { path: dir.join(path), message },
         other => other,
     })?;
+    write_files(dir, files)
+}
+
+/// Writes an export's `files` (`(file name, bytes)`, from [`export_files`] or
+/// [`model_files_async`]) into `dir`, each atomically, and removes weight files of an earlier
+/// export there that this one does not have (they would disagree with the new `model.json`).
+/// Returns the paths written.
+///
+/// # Errors
+/// [`Error::Io`] naming the folder or file that could not be made, written or removed.
+pub fn write_files(dir: &Path, files: Vec<(&'static str, Vec<u8>)>) -> Result<Vec<PathBuf>> {
+    std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
+    let mut written = Vec::new();
     for (name, bytes) in files {
         let path = dir.join(name);
         write_atomic(&path, &bytes)?;
         written.push(path);
     }
-    // Weight files of an earlier export into this folder would disagree with the new model.json.
     for stale in WEIGHT_FILES.map(|f| dir.join(f)) {
         if !written.contains(&stale) && stale.exists() {
             std::fs::remove_file(&stale).map_err(|e| Error::io(&stale, e))?;
@@ -116,13 +126,12 @@ pub fn export_with(
 const WEIGHT_FILES: [&str; 3] = ["model.bpk", "model.safetensors", "model.onnx"];
 
 /// The files of an export, `(file name, bytes)`: the weight files `options` asks for, then
-/// `model.json`. What [`export_with`] writes into a folder and the browser page offers as
-/// downloads. The weights are read from `model`'s device synchronously: in a browser, pass a
-/// [`host_copy_async`] of the model.
+/// `model.json` ([`model_files`] with the metadata of `config` and `classes`). What
+/// [`export_with`] writes into a folder. The weights are read from `model`'s device
+/// synchronously: in a browser, use [`model_files_async`].
 ///
 /// # Errors
-/// [`Error::Io`] naming the file (by its bare name) whose bytes could not be made;
-/// [`Error::Device`] when a weight cannot be read back from the device.
+/// As [`model_files`].
 pub fn export_files(
     model: &Classifier,
     config: &Config,
@@ -131,25 +140,57 @@ pub fn export_files(
     options: &ExportOptions,
 ) -> Result<Vec<(&'static str, Vec<u8>)>> {
     let meta = ModelMetadata::new(config, classes, model.num_params(), training.clone());
+    model_files(model, &meta, options)
+}
+
+/// The files of an export of `model` described by `meta`, `(file name, bytes)`: the weight
+/// files `options` asks for, then `model.json` (`meta`). The weights are read from `model`'s
+/// device synchronously.
+///
+/// # Errors
+/// [`Error::Io`] naming the file (by its bare name) whose bytes could not be made;
+/// [`Error::Device`] when a weight cannot be read back from the device.
+pub fn model_files(
+    model: &Classifier,
+    meta: &ModelMetadata,
+    options: &ExportOptions,
+) -> Result<Vec<(&'static str, Vec<u8>)>> {
     let mut files = Vec::new();
     if options.writes(ExportFormat::Bpk) {
         files.push(("model.bpk", checkpoint::model_bytes(model)?));
     }
     if options.writes(ExportFormat::Safetensors) {
         let st = Path::new("model.safetensors");
+        let classes = serde_json::to_string(&meta.class_names).unwrap_or_default();
         let mut store = SafetensorsStore::from_bytes(None)
             .with_to_adapter(BurnToPyTorchAdapter)
             .metadata("format", "pt")
-            .metadata("vramfit_classes", serde_json::to_string(classes).unwrap_or_default());
+            .metadata("vramfit_classes", classes);
         model.save_into(&mut store).map_err(|e| Error::io(st, e))?;
         files.push(("model.safetensors", store.get_bytes().map_err(|e| Error::io(st, e))?));
     }
     if options.writes(ExportFormat::Onnx) {
-        files.push(("model.onnx", crate::onnx::to_onnx_bytes(model, &meta, options.onnx_input)?));
+        files.push(("model.onnx", crate::onnx::to_onnx_bytes(model, meta, options.onnx_input)?));
     }
-    let json = serde_json::to_vec_pretty(&meta).map_err(|e| Error::io("model.json", e))?;
+    let json = serde_json::to_vec_pretty(meta).map_err(|e| Error::io("model.json", e))?;
     files.push(("model.json", json));
     Ok(files)
+}
+
+/// [`model_files`] of a model on any device, a browser's included: the weights are read back
+/// in one awaited transfer into a copy on the CPU ([`host_copy_async`]), which is then
+/// serialized. What the app's export of a model trained in memory writes (natively into a
+/// folder, in a page as downloads).
+///
+/// # Errors
+/// As [`host_copy_async`] and [`model_files`].
+pub async fn model_files_async(
+    model: &Classifier,
+    meta: &ModelMetadata,
+    options: &ExportOptions,
+) -> Result<Vec<(&'static str, Vec<u8>)>> {
+    let host = host_copy_async(model, &Device::flex()).await?;
+    model_files(&host, meta, options)
 }
 
 /// A copy of `model` on `host` (a CPU device: [`Device::flex`]), its weights read back from the

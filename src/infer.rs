@@ -69,6 +69,11 @@ impl Predictor {
         }
     }
 
+    /// The model, on the predictor's device (e.g. to export it: [`crate::export::model_files_async`]).
+    pub fn model(&self) -> &Classifier {
+        &self.model
+    }
+
     /// Sets the largest tensor, in bytes, the device accepts
     /// ([`crate::device::SelectedDevice::buffer_limit`]; `None`: no limit, as on the CPU).
     #[must_use]

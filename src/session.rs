@@ -124,6 +124,18 @@ pub enum Job {
         /// Which files, and the ONNX graph's input.
         options: crate::export::ExportOptions,
     },
+    /// Export a model already on its device (the one [`Job::TrainInMemory`] trained, which has
+    /// no run folder): its weights are read back asynchronously
+    /// ([`crate::export::model_files_async`]), so this runs in a page too.
+    ExportModel {
+        /// The model and its metadata (`model.json`).
+        predictor: Arc<Predictor>,
+        /// The export folder; `None`: the files come back as bytes ([`JobOutput::ExportFiles`],
+        /// a page offers them as downloads).
+        dir: Option<PathBuf>,
+        /// Which files, and the ONNX graph's input.
+        options: crate::export::ExportOptions,
+    },
     /// The top `top_k` classes of each image file. The predictor (weights on the device) is
     /// loaded once per model and device and kept until its weights file changes.
     Predict {
@@ -187,8 +199,10 @@ pub enum JobOutput {
     OverfitChecked(OverfitResult),
     /// [`Job::Evaluate`] and [`Job::EvaluateExport`].
     Evaluated(Box<EvalResult>),
-    /// [`Job::Export`]: the files written.
+    /// [`Job::Export`], and [`Job::ExportModel`] into a folder: the files written.
     Exported(Vec<PathBuf>),
+    /// [`Job::ExportModel`] without a folder: `(file name, bytes)` of each file.
+    ExportFiles(Vec<(&'static str, Vec<u8>)>),
     /// [`Job::Predict`]: one entry per file, in order.
     Predicted(Vec<PredictedFile>),
 }
@@ -206,7 +220,7 @@ pub enum JobKind {
     OverfitCheck,
     /// [`Job::Evaluate`] and [`Job::EvaluateExport`].
     Evaluate,
-    /// [`Job::Export`].
+    /// [`Job::Export`] and [`Job::ExportModel`].
     Export,
     /// [`Job::Predict`].
     Predict,
@@ -221,7 +235,7 @@ impl Job {
             Job::TrainInMemory { .. } => JobKind::TrainInMemory,
             Job::OverfitCheck { .. } => JobKind::OverfitCheck,
             Job::Evaluate { .. } | Job::EvaluateExport { .. } => JobKind::Evaluate,
-            Job::Export { .. } => JobKind::Export,
+            Job::Export { .. } | Job::ExportModel { .. } => JobKind::Export,
             Job::Predict { .. } | Job::PredictWith { .. } => JobKind::Predict,
         }
     }
@@ -439,8 +453,8 @@ impl Session {
     }
 
     /// In a browser: runs `job` as a task of the page's executor, which runs it between the
-    /// page's own work (every device read is awaited). Only [`Job::TrainInMemory`] and
-    /// [`Job::PredictWith`] run there; the other jobs need a disk, threads or processes and
+    /// page's own work (every device read is awaited). Only [`Job::TrainInMemory`],
+    /// [`Job::PredictWith`] and [`Job::ExportModel`] run there; the other jobs need a disk, threads or processes and
     /// finish with an error saying so. A page reads reports with [`Self::try_recv`]: the
     /// blocking [`Self::recv`], [`Self::wait`] and [`Self::run`] would wait on the page's only
     /// thread for a task that thread has to run.
@@ -601,7 +615,7 @@ impl Engine {
                 let summary = crate::train::train(&request, &device, &splits, &mut sink, &self.stop)?;
                 Ok(JobOutput::Trained(Box::new(summary)))
             }
-            job @ (Job::TrainInMemory { .. } | Job::PredictWith { .. }) => {
+            job @ (Job::TrainInMemory { .. } | Job::PredictWith { .. } | Job::ExportModel { .. }) => {
                 pollster::block_on(run_async(job, &mut sink, &self.stop))
             }
             Job::TrainInWorker(job) => {
@@ -653,9 +667,9 @@ impl Engine {
 }
 
 /// The jobs that run the same way on the engine thread (driven by `pollster::block_on`) and
-/// in a page (awaited between the page's work): [`Job::TrainInMemory`] and [`Job::PredictWith`].
-/// Every other job finishes with an error saying it is not available in a browser (only a page
-/// hands it here).
+/// in a page (awaited between the page's work): [`Job::TrainInMemory`], [`Job::PredictWith`]
+/// and [`Job::ExportModel`]. Every other job finishes with an error saying it is not available
+/// in a browser (only a page hands it here).
 async fn run_async(job: Job, sink: EventSink<'_>, stop: &StopSignal) -> Result<JobOutput> {
     match job {
         Job::TrainInMemory { request, train, val, device } => {
@@ -668,6 +682,14 @@ async fn run_async(job: Job, sink: EventSink<'_>, stop: &StopSignal) -> Result<J
                 files.push(predict_image(&predictor, image, top_k, thumbnails).await);
             }
             Ok(JobOutput::Predicted(files))
+        }
+        Job::ExportModel { predictor, dir, options } => {
+            let files = crate::export::model_files_async(predictor.model(), &predictor.metadata, &options).await?;
+            match dir {
+                // In a page, writing fails with an error naming the folder (wasm has no files).
+                Some(dir) => Ok(JobOutput::Exported(crate::export::write_files(&dir, files)?)),
+                None => Ok(JobOutput::ExportFiles(files)),
+            }
         }
         other => Err(Error::Crashed(format!(
             "{:?} needs a disk, threads or processes: not available in a browser",

@@ -4,7 +4,7 @@
 //!   on a canvas, a thin client of one engine [`crate::session::Session`] whose jobs run as
 //!   tasks of the page ([`crate::session::Job::TrainInMemory`]); its settings persist in the
 //!   browser's local storage (eframe's storage, as the desktop app's in a file). [`app_train`],
-//!   [`app_predict`], [`app_select_preset`] and [`app_state`] are the hooks the headless test
+//!   [`app_predict`], [`app_export`], [`app_select_preset`] and [`app_state`] are the hooks the headless test
 //!   drives it with.
 //! - `web/index.html`: a plain page around [`train_quickstart`] (train, evaluate, export as
 //!   downloads) and [`predict`] (images picked or dropped on the page), the CI test's
@@ -26,12 +26,11 @@ use crate::dataset;
 use crate::device::AdapterInfo;
 use crate::error::Error;
 use crate::events::{Event, StopSignal};
-use crate::export::{self, TrainingInfo};
+use crate::export;
 use crate::gui::{AppOptions, InMemoryTraining, Settings, VramfitApp};
 use crate::image_io::ImageFault;
 use crate::infer::Predictor;
 use crate::memory;
-use crate::model::Classifier;
 use crate::train_in_memory::{InMemoryRequest, train_in_memory};
 
 /// Classes of the bundled data (Fashion-MNIST).
@@ -131,8 +130,9 @@ pub async fn train_quickstart(steps: u32, on_step: js_sys::Function) -> Result<j
     let trained =
         train_in_memory(&request, train, test, &device, &mut sink, &StopSignal::new()).await.map_err(js_error)?;
     let val = trained.end.val.clone().ok_or_else(|| js_error("the run ended without an evaluation"))?;
-    let training = trained.metadata.training.clone();
-    let files = export_files(&trained.model, &config, &trained.metadata.class_names, &training).await?;
+    let files =
+        export::model_files_async(&trained.model, &trained.metadata, &Default::default()).await.map_err(js_error)?;
+    let files = files_object(files)?;
     // An image the adapter's buffers cannot hold is refused: a page has no memory for the CPU
     // copy native prediction would run it on (wasm's 4 GiB).
     let predictor =
@@ -223,23 +223,13 @@ pub async fn predict(bytes: Vec<u8>, name: String, k: u32) -> Result<String, JsV
     serde_json::to_string(&top).map_err(js_error)
 }
 
-/// `model`'s export files (`{ name: Uint8Array }`), made from a copy of it on the CPU: the
-/// weights are read back in one awaited transfer ([`export::host_copy_async`]), then serialized
-/// as native export does.
-async fn export_files(
-    model: &Classifier,
-    config: &Config,
-    classes: &[String],
-    training: &TrainingInfo,
-) -> Result<js_sys::Object, JsValue> {
-    let host = export::host_copy_async(model, &Device::flex()).await.map_err(js_error)?;
-    let files = js_sys::Object::new();
-    for (name, bytes) in
-        export::export_files(&host, config, classes, training, &Default::default()).map_err(js_error)?
-    {
-        js_sys::Reflect::set(&files, &name.into(), &js_sys::Uint8Array::from(bytes.as_slice()))?;
+/// An export's files as a JS object `{ name: Uint8Array }`.
+fn files_object(files: Vec<(&'static str, Vec<u8>)>) -> Result<js_sys::Object, JsValue> {
+    let object = js_sys::Object::new();
+    for (name, bytes) in files {
+        js_sys::Reflect::set(&object, &name.into(), &js_sys::Uint8Array::from(bytes.as_slice()))?;
     }
-    Ok(files)
+    Ok(object)
 }
 
 thread_local! {
@@ -329,6 +319,18 @@ pub fn app_select_preset(name: String) -> Result<(), JsValue> {
     with_app(|app| app.apply(crate::gui::Command::SelectPreset(name)))
 }
 
+/// Presses Export in the app, as the button does in a page: the model the last run trained
+/// is offered as downloads (`model.bpk`, `model.safetensors`, `model.onnx`, `model.json`;
+/// the headless test's hook).
+///
+/// # Errors
+/// Rejects when the app has not started; the app shows "train a model first" when there is
+/// no model.
+#[wasm_bindgen]
+pub fn app_export() -> Result<(), JsValue> {
+    with_app(|app| app.apply(crate::gui::Command::Download))
+}
+
 /// Drops an image file's bytes on the app (`name` is the file's name), as a browser's drop
 /// does: the model the last run trained predicts it, and [`app_state`]'s `predictions` shows
 /// the result (the headless test's hook).
@@ -343,9 +345,10 @@ pub fn app_predict(name: String, bytes: Vec<u8>) -> Result<(), JsValue> {
 
 /// What the app shows, as a JSON string: `{"status", "error", "training", "device", "steps",
 /// "losses": [..], "memory_points", "reserved_mib", "predicted_mib", "val_accuracy",
-/// "preset", "batch_size", "predicting", "predictions": [{"file", "top", "error"}, ..]}`
-/// (newest prediction first; `losses` per step, `reserved_mib` the last reserved-bytes sample,
-/// `val_accuracy` of the last evaluation, 0..1, or null).
+/// "eval_images", "preset", "batch_size", "predicting", "predictions": [{"file", "top",
+/// "error"}, ..]}` (newest prediction first; `losses` per step, `reserved_mib` the last
+/// reserved-bytes sample, `val_accuracy` of the last evaluation, 0..1, or null, on
+/// `eval_images` images).
 ///
 /// # Errors
 /// Rejects when the app has not started.
@@ -364,6 +367,7 @@ pub fn app_state() -> Result<String, JsValue> {
             "reserved_mib": h.reserved_mib.last().map(|p| p[1]),
             "predicted_mib": h.predicted_mib,
             "val_accuracy": app.evaluation().map(|e| e.top1),
+            "eval_images": app.evaluation().map(|e| e.samples),
             "preset": app.settings().preset,
             "batch_size": app.settings().config.train.batch_size,
             "predicting": app.busy() && !app.training(),

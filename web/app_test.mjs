@@ -3,12 +3,16 @@
 // (window.vramfitApp.train, what the button does) with a step cap, and checks through
 // window.vramfitApp.state() that steps and memory samples reached the app's plots, the loss fell,
 // the run ended with an evaluation, dropped images get a top-5 and a text file an error naming
-// it, a preset picked afterwards survives a reload (local
-// storage), and no console error or panic appeared.
+// it, Export (window.vramfitApp.export, the button in a page) downloads the four export files
+// and native `vramfit eval` of the downloaded weights gives the app's top-1 (VRAMFIT_BIN, else
+// target/release/vramfit; skipped without one unless WEB_TEST_REQUIRE_NATIVE is set), a preset
+// picked afterwards survives a reload (local storage), and no console error or panic appeared.
 // Usage: node web/app_test.mjs [steps] [screenshot.png, taken mid-training]; WEB_TEST_TIMEOUT_S bounds the wait (900).
 import { chromium } from "playwright-core";
 import { createServer } from "node:http";
-import { readFile } from "node:fs/promises";
+import { readFile, mkdtemp, readdir, access, rm } from "node:fs/promises";
+import { execFileSync } from "node:child_process";
+import { tmpdir } from "node:os";
 import { extname, join, dirname, basename } from "node:path";
 import { fileURLToPath } from "node:url";
 import { predictionInputs } from "./test_images.mjs";
@@ -47,6 +51,9 @@ const left = () => Math.max(1, deadline - Date.now());
 const state = () => page.evaluate(() => window.vramfitApp.state());
 let end = null;
 let predictions = [];
+const exportDir = await mkdtemp(join(tmpdir(), "vramfit-app-export-"));
+const downloads = [];
+page.on("download", (d) => downloads.push(d.saveAs(join(exportDir, d.suggestedFilename())).then(() => d.suggestedFilename())));
 try {
   await page.goto(`http://127.0.0.1:${server.address().port}/app.html`);
   await page.waitForFunction(() => window.vramfitApp && (window.vramfitApp.started || window.vramfitApp.error), null, { timeout: left(), polling: 200 });
@@ -74,6 +81,15 @@ try {
   }
   await page.waitForFunction(() => { const s = window.vramfitApp.state(); return s.predictions.length >= 4 && !s.predicting; }, null, { timeout: left(), polling: 200 });
   predictions = (await state()).predictions;
+  // Export in a page: the model the run kept, as four downloads.
+  await page.evaluate(() => window.vramfitApp.export());
+  await page.waitForFunction(() => { const s = window.vramfitApp.state(); return /^downloading|failed/.test(s.status) || s.error; }, null, { timeout: left(), polling: 200 });
+  const exported = await state();
+  console.log(`[app export] ${exported.status}${exported.error ? ` / ${exported.error}` : ""}`);
+  const until = Date.now() + 30000;
+  while (downloads.length < 4 && Date.now() < until) await page.waitForTimeout(200);
+  const saved = (await Promise.all(downloads)).sort();
+  if (saved.join() !== "model.bpk,model.json,model.onnx,model.safetensors") failures.push(`export downloaded ${JSON.stringify(saved)}, not the four export files`);
   // Settings persist in the browser's local storage: a preset picked now is the one a reload
   // opens with.
   const other = end.preset === "8gb" ? "4gb" : "8gb";
@@ -104,6 +120,26 @@ if (end) {
   if (!(end.val_accuracy >= 0 && end.val_accuracy <= 1)) failures.push(`no evaluation at the run's end: ${end.val_accuracy}`);
   if (!/^stopped at step/.test(end.status)) failures.push(`status after a capped run: ${end.status}`);
 }
+// The downloaded weights natively (the bundled data's test split, CPU): the app's images and
+// top-1, within one borderline image (the CPU and the browser's GPU may round it differently).
+const bin = process.env.VRAMFIT_BIN || join(root, "..", "target", "release", "vramfit");
+const haveBin = await access(bin).then(() => true, () => false);
+const files = await readdir(exportDir);
+if (!haveBin && process.env.WEB_TEST_REQUIRE_NATIVE) failures.push(`no native binary at ${bin} (WEB_TEST_REQUIRE_NATIVE is set)`);
+else if (!haveBin) console.log(`no native binary at ${bin}: the native comparison of the downloads is skipped`);
+for (const weights of haveBin && end && files.includes("model.bpk") ? ["model.bpk", "model.safetensors"] : []) {
+  try {
+    const out = execFileSync(bin, ["eval", "--model", join(exportDir, weights), "--device", "cpu"], { encoding: "utf8" });
+    console.log(`[native eval of the downloaded ${weights}] ${out.trim().split("\n")[0]}`);
+    const [, images, top1] = /^(\d+) images on .*top-1 ([0-9.]+)%/m.exec(out) || [];
+    const app = 100 * end.val_accuracy;
+    if (Number(images) !== end.eval_images) failures.push(`native eval of ${weights}: ${images} images, the app's ${end.eval_images}`);
+    if (!(Math.abs(Number(top1) - app) <= 100 / end.eval_images + 0.005)) failures.push(`native eval of the downloaded ${weights}: top-1 ${top1}%, the app's ${app.toFixed(2)}%`);
+  } catch (e) {
+    failures.push(`native eval of the downloaded ${weights} failed: ${e.message}`);
+  }
+}
+await rm(exportDir, { recursive: true, force: true });
 const byFile = Object.fromEntries(predictions.map((p) => [p.file, p]));
 for (const name of ["test-0.png", "test-1.png", "test-2.png"]) {
   const p = byFile[name];

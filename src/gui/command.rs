@@ -35,8 +35,12 @@ pub enum Command {
     Stop,
     /// Evaluate the last run's newest checkpoint on the validation data.
     Evaluate,
-    /// Export the last run's newest checkpoint into a folder.
+    /// Export the last run's newest checkpoint (or the model the last in-memory run trained)
+    /// into a folder.
     Export(PathBuf),
+    /// Export the model the last in-memory run trained as browser downloads (a page has no
+    /// folders): `model.bpk`, `model.safetensors`, `model.onnx` and `model.json`.
+    Download,
     /// Use these weights (an export folder or weights file) for prediction.
     ChooseModel(PathBuf),
     /// Predict these image files.
@@ -85,7 +89,8 @@ impl VramfitApp {
             Command::Resume => self.start_training(true),
             Command::Stop => self.stop_training(),
             Command::Evaluate => self.evaluate_now(),
-            Command::Export(dir) => self.export_to(dir),
+            Command::Export(dir) => self.export_to(Some(dir)),
+            Command::Download => self.export_to(None),
             Command::ChooseModel(path) => self.predict.model_path = Some(path),
             Command::Predict(paths) => self.predict_files(paths),
             Command::PredictImages(images) => self.predict_images(images),
@@ -246,13 +251,23 @@ impl VramfitApp {
         }
     }
 
-    /// Exports the last run's newest checkpoint into `dir` on the session.
-    fn export_to(&mut self, dir: PathBuf) {
-        let Some(run) = self.last_run.clone() else {
-            self.error = Some("nothing to export: train a model first".into());
-            return;
+    /// Exports on the session: the model the last in-memory run trained, into `dir` or (`None`)
+    /// as downloads; else the last run's newest checkpoint into `dir`.
+    fn export_to(&mut self, dir: Option<PathBuf>) {
+        let options = crate::export::ExportOptions::default();
+        let job = match (self.in_memory_model.clone(), self.last_run.clone(), dir) {
+            (Some(predictor), _, dir) => Job::ExportModel { predictor, dir, options },
+            (None, Some(run), Some(dir)) => Job::Export { run, dir, options },
+            (None, Some(_), None) => {
+                self.error = Some("downloads are made in a browser: choose an export folder".into());
+                return;
+            }
+            (None, None, _) => {
+                self.error = Some("nothing to export: train a model first".into());
+                return;
+            }
         };
-        if self.submit(Job::Export { run, dir, options: crate::export::ExportOptions::default() }) {
+        if self.submit(job) {
             self.in_flight.exporting += 1;
             self.status = "exporting".into();
         }
@@ -360,6 +375,16 @@ impl VramfitApp {
                     Ok(JobOutput::Exported(files)) => {
                         let dir = files.first().and_then(|f| f.parent()).map(|d| d.display().to_string());
                         self.status = format!("exported {} files to {}", files.len(), dir.unwrap_or_default());
+                    }
+                    Ok(JobOutput::ExportFiles(files)) => {
+                        let names = files.iter().map(|(name, _)| *name).collect::<Vec<_>>().join(", ");
+                        match dialogs::offer_downloads(files) {
+                            Ok(()) => self.status = format!("downloading {names}"),
+                            Err(e) => {
+                                self.status = "export failed".into();
+                                self.error = Some(e);
+                            }
+                        }
                     }
                     other => self.job_failed("export failed", other),
                 }

@@ -164,9 +164,12 @@ impl VramfitApp {
             if ui.add_enabled(!busy && has_run, egui::Button::new("Resume")).clicked() {
                 self.commands.push(Command::Resume);
             }
-            if ui.add_enabled(!busy && has_run, egui::Button::new("Export…")).clicked()
-                && let Some(dir) = dialogs::pick_folder()
-            {
+            // A page exports as downloads; the desktop into a folder it asks for.
+            let has_model = has_run || self.in_memory_model.is_some();
+            let export_clicked = ui.add_enabled(!busy && has_model, egui::Button::new("Export…")).clicked();
+            if export_clicked && cfg!(target_arch = "wasm32") {
+                self.commands.push(Command::Download);
+            } else if export_clicked && let Some(dir) = dialogs::pick_folder() {
                 self.commands.push(Command::Export(dir));
             }
         });

@@ -116,7 +116,8 @@ fn in_memory_training_stops_at_the_step_cap_and_at_a_stop() {
 /// The app as the browser page runs it (`AppOptions::in_memory`), on the GPU as the page does
 /// (lavapipe in CI; flex where there is no adapter): Train runs the capped run in memory, its
 /// steps and memory samples reach the plots, the status says it stopped at the cap, Resume says
-/// why it cannot, and no run folder appears.
+/// why it cannot, and no run folder appears. Export writes the model it kept into a folder
+/// (what a page offers as downloads), and those files evaluate to the app's accuracy.
 #[test]
 fn gui_trains_in_memory_as_the_browser_app_does() {
     let dir = tempfile::tempdir().unwrap();
@@ -165,4 +166,39 @@ fn gui_trains_in_memory_as_the_browser_app_does() {
     }
     harness.state_mut().apply(Command::Resume);
     assert!(harness.state().error().is_some_and(|e| e.contains("Resume needs a run folder")));
+    // Export: downloads exist in a browser only; a folder gets every file.
+    harness.state_mut().apply(Command::Download);
+    step_until(&mut harness, "the refused download", |a| !a.busy());
+    assert!(
+        harness.state().error().is_some_and(|e| e.contains("choose an export folder")),
+        "{:?}",
+        harness.state().error()
+    );
+    let export = dir.path().join("export");
+    harness.state_mut().apply(Command::Export(export.clone()));
+    step_until(&mut harness, "the export", |a| !a.busy());
+    let app = harness.state();
+    assert!(app.status().starts_with("exported 4 files"), "{} / {:?}", app.status(), app.error());
+    let mut names: Vec<String> =
+        export.read_dir().unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+    names.sort();
+    assert_eq!(names, ["model.bpk", "model.json", "model.onnx", "model.safetensors"]);
+    // The exported weights give the app's evaluation on the same images and device (one
+    // borderline image may round the other way: the export is re-read as f32 master weights).
+    let device = match gpu {
+        Some(g) => g,
+        None => vramfit::device::select(DeviceChoice::Cpu(CpuBackend::Flex)).unwrap(),
+    };
+    let shown = app.evaluation().unwrap().clone();
+    for weights in ["model.bpk", "model.safetensors"] {
+        let again = vramfit::eval::evaluate_export(&export.join(weights), bundled().val, &device, 32).unwrap();
+        assert_eq!(again.samples, shown.samples);
+        let one_image = 1.0 / shown.samples as f32;
+        assert!(
+            (again.top1 - shown.top1).abs() <= one_image + 1e-6,
+            "{weights}: {} against {}",
+            again.top1,
+            shown.top1
+        );
+    }
 }
