@@ -58,7 +58,7 @@ fn write_cache(s: &mut String, all: &Dataset, pipe: &SamplePipeline, config: &Co
         .iter()
         .filter_map(|x| match &x.source {
             crate::dataset::SampleSource::File(p) => Some(p.as_path()),
-            crate::dataset::SampleSource::Idx { .. } => None,
+            crate::dataset::SampleSource::Encoded { .. } | crate::dataset::SampleSource::Idx { .. } => None,
         })
         .collect();
     let held = files.iter().filter(|f| crate::image_cache::on_disk(&dir, f, &geometry)).count();

@@ -10,6 +10,8 @@
 //! - a class with no image is an error naming it (or a warning with `allow_empty_classes`).
 //!
 //! An IDX folder holds `train-*` and optionally `t10k-*` image/label pairs (see [`crate::idx`]).
+//! A folder's files handed over in memory (a browser page's folder pick) follow the same
+//! layout and rules ([`from_files`]).
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -21,8 +23,10 @@ use crate::error::{Error, Result};
 use crate::idx::{self, IdxImages};
 
 mod folder;
+mod in_memory;
 use folder::scan_folder_inner;
 pub use folder::{image_files, scan_folder};
+pub use in_memory::from_files;
 
 /// File extensions taken as images (compared lower-cased).
 pub const IMAGE_EXTENSIONS: [&str; 8] = ["jpg", "jpeg", "png", "bmp", "webp", "gif", "tif", "tiff"];
@@ -36,6 +40,14 @@ pub const FASHION_MNIST_CLASSES: [&str; 10] =
 pub enum SampleSource {
     /// An encoded image file.
     File(PathBuf),
+    /// An encoded image file's bytes, held in memory (a file a browser handed over: a page
+    /// has no paths to read), with the file's path for messages.
+    Encoded {
+        /// The file's path within its dataset (messages name it).
+        path: PathBuf,
+        /// The file's bytes, shared.
+        bytes: Arc<[u8]>,
+    },
     /// Image `index` of an IDX file.
     Idx {
         /// The shared images.
@@ -49,7 +61,7 @@ impl SampleSource {
     /// A name for messages: the path, or `idx#N`.
     pub fn describe(&self) -> String {
         match self {
-            SampleSource::File(p) => p.display().to_string(),
+            SampleSource::File(p) | SampleSource::Encoded { path: p, .. } => p.display().to_string(),
             SampleSource::Idx { index, .. } => format!("idx image #{index}"),
         }
     }

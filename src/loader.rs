@@ -214,6 +214,10 @@ impl SamplePipeline {
             let t = Instant::now();
             let img = match source {
                 SampleSource::File(path) => image_io::load_image_scaled(path, &self.load, self.decode_min_side())?,
+                SampleSource::Encoded { path, bytes } => {
+                    image_io::decode_image_scaled(bytes, &self.load, self.decode_min_side())
+                        .map_err(|fault| crate::Error::Image { path: path.clone(), fault })?
+                }
                 SampleSource::Idx { .. } => self.decode(source)?,
             };
             times.decode += t.elapsed().as_secs_f64();
@@ -235,6 +239,8 @@ impl SamplePipeline {
     pub fn decode(&self, source: &SampleSource) -> crate::Result<RgbImage> {
         match source {
             SampleSource::File(path) => image_io::load_image(path, &self.load),
+            SampleSource::Encoded { path, bytes } => image_io::decode_image(bytes, &self.load)
+                .map_err(|fault| crate::Error::Image { path: path.clone(), fault }),
             SampleSource::Idx { images, index } => {
                 let gray = images.image(*index);
                 Ok(RgbImage::from_fn(images.cols as u32, images.rows as u32, |x, y| {
@@ -523,23 +529,33 @@ pub fn check_sizes_agree(dataset: &Dataset, p: &PreprocessConfig) -> crate::Resu
     if p.output_size().is_some() {
         return Ok(None);
     }
-    let files: Vec<&std::path::Path> = dataset
+    // The image files with their sources, whether on disk or in memory.
+    let files: Vec<(&std::path::Path, &SampleSource)> = dataset
         .samples
         .iter()
         .filter_map(|s| match &s.source {
-            SampleSource::File(path) => Some(path.as_path()),
-            _ => None,
+            SampleSource::File(path) | SampleSource::Encoded { path, .. } => Some((path.as_path(), &s.source)),
+            SampleSource::Idx { .. } => None,
         })
         .collect();
+    let header_size = |source: &SampleSource| -> Option<(u32, u32)> {
+        match source {
+            SampleSource::File(path) => {
+                image::ImageReader::open(path).ok()?.with_guessed_format().ok()?.into_dimensions().ok()
+            }
+            SampleSource::Encoded { bytes, .. } => image::ImageReader::new(std::io::Cursor::new(&bytes[..]))
+                .with_guessed_format()
+                .ok()?
+                .into_dimensions()
+                .ok(),
+            SampleSource::Idx { .. } => None,
+        }
+    };
     // (source size, output size, file) of the first readable image.
     type Sized<'a> = ((u32, u32), (u32, u32), &'a std::path::Path);
     let mut first: Option<Sized> = None;
-    for &file in files.iter().step_by((files.len() / 256).max(1)) {
-        let header = image::ImageReader::open(file).and_then(|r| r.with_guessed_format());
-        let Ok(src) = header.map_err(|e| e.to_string()).and_then(|r| r.into_dimensions().map_err(|e| e.to_string()))
-        else {
-            continue;
-        };
+    for &(file, source) in files.iter().step_by((files.len() / 256).max(1)) {
+        let Some(src) = header_size(source) else { continue };
         let Ok(out) = p.output_size_for(src) else { continue };
         match first {
             None => first = Some((src, out, file)),
