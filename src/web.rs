@@ -331,6 +331,26 @@ pub fn app_export() -> Result<(), JsValue> {
     with_app(|app| app.apply(crate::gui::Command::Download))
 }
 
+/// Hands the app a folder's files as the page's folder dialog does (the headless test's hook):
+/// `root` is the folder's name, `paths[i]` a file's path within it (`cats/001.png`) and
+/// `files[i]` its bytes (a `Uint8Array`); they become the dataset ([`crate::dataset::from_files`]).
+///
+/// # Errors
+/// Rejects when the app has not started or `paths` and `files` differ in length; a folder the
+/// scan refuses shows in the app's dataset panel.
+#[wasm_bindgen]
+pub fn app_use_files(root: String, paths: Vec<String>, files: js_sys::Array) -> Result<(), JsValue> {
+    if paths.len() != files.length() as usize {
+        return Err(js_error(format!("{} paths for {} files", paths.len(), files.length())));
+    }
+    let files = paths
+        .into_iter()
+        .zip(files.iter())
+        .map(|(path, bytes)| (path.into(), Arc::from(js_sys::Uint8Array::new(&bytes).to_vec())))
+        .collect();
+    with_app(|app| app.apply(crate::gui::Command::UseFiles { root, files }))
+}
+
 /// Drops an image file's bytes on the app (`name` is the file's name), as a browser's drop
 /// does: the model the last run trained predicts it, and [`app_state`]'s `predictions` shows
 /// the result (the headless test's hook).
@@ -345,7 +365,8 @@ pub fn app_predict(name: String, bytes: Vec<u8>) -> Result<(), JsValue> {
 
 /// What the app shows, as a JSON string: `{"status", "error", "training", "device", "steps",
 /// "losses": [..], "memory_points", "reserved_mib", "predicted_mib", "val_accuracy",
-/// "eval_images", "preset", "batch_size", "predicting", "predictions": [{"file", "top",
+/// "eval_images", "preset", "dataset", "classes", "train_images", "val_images", "data_error",
+/// "batch_size", "predicting", "predictions": [{"file", "top",
 /// "error"}, ..]}` (newest prediction first; `losses` per step, `reserved_mib` the last
 /// reserved-bytes sample, `val_accuracy` of the last evaluation, 0..1, or null, on
 /// `eval_images` images).
@@ -369,6 +390,11 @@ pub fn app_state() -> Result<String, JsValue> {
             "val_accuracy": app.evaluation().map(|e| e.top1),
             "eval_images": app.evaluation().map(|e| e.samples),
             "preset": app.settings().preset,
+            "dataset": app.files_dataset().unwrap_or("bundled"),
+            "classes": app.data().ok().map(|d| d.train.class_names.clone()),
+            "train_images": app.data().ok().map(|d| d.train.samples.len()),
+            "val_images": app.data().ok().map(|d| d.val.samples.len()),
+            "data_error": app.data().err(),
             "batch_size": app.settings().config.train.batch_size,
             "predicting": app.busy() && !app.training(),
             "predictions": app.predictions().iter().map(|p| serde_json::json!({

@@ -54,3 +54,25 @@ export async function predictionInputs(n) {
   await writeFile(text, "not an image\n");
   return { images, text };
 }
+
+// A folder of one's own images as the page's folder dialog hands it over: `perClass` bundled
+// test images of each of `classes` (`{ name: label }`) as PNG bytes under `<name>/`, plus OS
+// junk the scan must ignore. Returns `{ paths, files }` (paths within the folder, byte arrays).
+export async function classFolder(classes, perClass) {
+  const dir = join(root, "..", "assets", "fashion-mnist-subset");
+  const idx = gunzipSync(await readFile(join(dir, "t10k-images-idx3-ubyte.gz")));
+  const labels = gunzipSync(await readFile(join(dir, "t10k-labels-idx1-ubyte.gz"))).subarray(8);
+  const [rows, cols] = [idx.readUInt32BE(8), idx.readUInt32BE(12)];
+  const paths = [], files = [];
+  for (const [name, label] of Object.entries(classes)) {
+    let taken = 0;
+    for (let i = 0; i < labels.length && taken < perClass; i++) {
+      if (labels[i] !== label) continue;
+      paths.push(`${name}/${String(taken++).padStart(3, "0")}.png`);
+      files.push([...png(idx.subarray(16 + i * rows * cols, 16 + (i + 1) * rows * cols), cols, rows)]);
+    }
+  }
+  paths.push(`${Object.keys(classes)[0]}/.DS_Store`);
+  files.push([...Buffer.from("junk")]);
+  return { paths, files };
+}

@@ -15,6 +15,15 @@ pub enum Command {
     SelectCpuBackend(CpuBackend),
     /// Use a dataset folder, or the bundled subset (`None`).
     SetDataDir(Option<PathBuf>),
+    /// Use a folder's files handed over in memory as the dataset (a page's folder pick: the
+    /// folder's name and each file's path within it with its bytes), scanned as a folder is
+    /// ([`crate::dataset::from_files`]). Such data trains in memory ([`InMemoryTraining`]).
+    UseFiles {
+        /// The folder's name (messages and the setup panel show it).
+        root: String,
+        /// `(path within the folder, bytes)` of each file.
+        files: Vec<(PathBuf, std::sync::Arc<[u8]>)>,
+    },
     /// Apply a named preset (`configs/<name>.toml`) to the knobs.
     SelectPreset(String),
     /// Load a `configs/`-style TOML file into the knobs.
@@ -64,6 +73,7 @@ impl VramfitApp {
             Command::SelectAdapter(a) => self.settings.adapter = a,
             Command::SelectCpuBackend(b) => self.settings.cpu_backend = b,
             Command::SetDataDir(d) => self.set_data_dir(d),
+            Command::UseFiles { root, files } => self.use_files(root, files),
             Command::SelectPreset(name) => match crate::presets::load_config(&name) {
                 Ok(c) => (self.settings.config, self.settings.preset) = (c, name),
                 Err(e) => self.error = Some(e.to_string()),
@@ -138,6 +148,12 @@ impl VramfitApp {
         }
         if let Some(in_memory) = self.options.in_memory.clone() {
             self.start_in_memory(resume, in_memory);
+            return;
+        }
+        if let Some(root) = &self.files_dataset {
+            self.error = Some(format!(
+                "the files of {root} were handed over in memory and a worker process reads folders: choose the folder"
+            ));
             return;
         }
         let Some((out, config)) = self.run_to_start(resume) else { return };
@@ -316,6 +332,10 @@ impl VramfitApp {
             self.error = Some("training: the dataset changes when the run has ended".into());
             return;
         }
+        // The files handed over before are dropped; the folder (or bundled data) is scanned.
+        if self.files_dataset.take().is_some() {
+            self.data_for = None;
+        }
         let own_images = dir.as_ref().is_some_and(|d| crate::idx::find_split(d, "train").is_none());
         self.settings.data_dir = dir;
         let Some(card_bytes) = self.card_bytes() else { return };
@@ -338,6 +358,37 @@ impl VramfitApp {
             }
             Err(e) => self.status = format!("preset kept: {e}"),
         }
+    }
+
+    /// Uses the files of the folder `root` handed over in memory as the dataset, scanned with
+    /// the config's split ([`crate::dataset::from_files`]); a refusal (no class folders, empty
+    /// classes) shows where the dataset's summary does, naming the folder. Ignored while
+    /// training.
+    fn use_files(&mut self, root: String, files: Vec<(PathBuf, std::sync::Arc<[u8]>)>) {
+        if self.in_flight.training {
+            self.error = Some("training: the dataset changes when the run has ended".into());
+            return;
+        }
+        let c = &self.settings.config;
+        let opts = ScanOptions {
+            val_fraction: c.data.val_fraction,
+            seed: c.seed,
+            allow_empty_classes: c.data.allow_empty_classes,
+        };
+        self.data = dataset::from_files(&root, files, &opts).map_err(|e| e.to_string());
+        self.settings.data_dir = None;
+        self.data_for = Some(None);
+        self.plan_for = None; // the class count may differ
+        self.cache_summary = None;
+        self.status = match &self.data {
+            Ok(d) => format!(
+                "dataset {root}: {} classes, {} images",
+                d.train.class_names.len(),
+                d.train.samples.len() + d.val.samples.len()
+            ),
+            Err(_) => format!("dataset {root} cannot be used"),
+        };
+        self.files_dataset = Some(root);
     }
 
     fn handle_drop(&mut self, paths: Vec<PathBuf>) {

@@ -101,3 +101,87 @@ mod downloads {
         Ok(())
     }
 }
+
+/// A folder's files, `(folder name, [(path within the folder, bytes)])`.
+#[cfg(target_arch = "wasm32")]
+pub(super) type PickedFolder = (String, Vec<(PathBuf, std::sync::Arc<[u8]>)>);
+
+/// The folder dialog of a page: an `<input type="file" webkitdirectory>` the app clicks; the
+/// browser then hands over every file of the picked folder with its path within the folder
+/// (`webkitRelativePath`), read here asynchronously by a task of the page and collected for
+/// the next frame ([`Self::take`]). The bytes live in the page's memory (wasm's 4 GiB at most).
+#[cfg(target_arch = "wasm32")]
+#[derive(Default)]
+pub(super) struct PageFolder {
+    read: std::rc::Rc<std::cell::RefCell<Option<Result<PickedFolder, String>>>>,
+}
+
+#[cfg(target_arch = "wasm32")]
+impl PageFolder {
+    /// Opens the browser's folder dialog (a click's user activation must still hold: call it
+    /// in the frame of the click). Nothing happens if the user cancels.
+    ///
+    /// # Errors
+    /// When the page has no document or the input cannot be made.
+    pub(super) fn pick(&self, ctx: &eframe::egui::Context) -> Result<(), String> {
+        use eframe::web_sys;
+        use wasm_bindgen::JsCast;
+        use wasm_bindgen::closure::Closure;
+        let document = web_sys::window().and_then(|w| w.document()).ok_or("the page has no document")?;
+        let input = document
+            .create_element("input")
+            .ok()
+            .and_then(|e| e.dyn_into::<web_sys::HtmlInputElement>().ok())
+            .ok_or("the page cannot make a file input")?;
+        input.set_type("file");
+        input.set_multiple(true);
+        input.set_webkitdirectory(true);
+        let (read, ctx, picked) = (self.read.clone(), ctx.clone(), input.clone());
+        let on_change = Closure::once(move || {
+            wasm_bindgen_futures::spawn_local(async move {
+                let result = read_picked(&picked).await;
+                *read.borrow_mut() = Some(result);
+                ctx.request_repaint();
+            });
+        });
+        input.set_onchange(Some(on_change.as_ref().unchecked_ref()));
+        on_change.forget(); // runs once, when the user picks; a cancelled dialog leaks it
+        input.click();
+        Ok(())
+    }
+
+    /// The folder read since the last call, or why it could not be read.
+    pub(super) fn take(&self) -> Option<Result<PickedFolder, String>> {
+        self.read.borrow_mut().take()
+    }
+}
+
+/// The files of a folder input: the folder's name (the first component of each file's
+/// `webkitRelativePath`) and each file's path below it with its bytes. A file the browser
+/// cannot read comes as empty bytes, which the loader skips naming it as empty.
+#[cfg(target_arch = "wasm32")]
+async fn read_picked(input: &eframe::web_sys::HtmlInputElement) -> Result<PickedFolder, String> {
+    let list = input.files().ok_or("the browser handed over no files")?;
+    let mut root = String::new();
+    let mut files = Vec::with_capacity(list.length() as usize);
+    for file in (0..list.length()).filter_map(|i| list.get(i)) {
+        let relative = js_sys::Reflect::get(&file, &"webkitRelativePath".into())
+            .ok()
+            .and_then(|p| p.as_string())
+            .filter(|p| !p.is_empty())
+            .unwrap_or_else(|| file.name());
+        let (folder, within) = relative.split_once('/').unwrap_or(("", relative.as_str()));
+        if root.is_empty() {
+            root = folder.to_string();
+        }
+        let bytes = match wasm_bindgen_futures::JsFuture::from(file.array_buffer()).await {
+            Ok(buffer) => js_sys::Uint8Array::new(&buffer).to_vec(),
+            Err(_) => Vec::new(),
+        };
+        files.push((PathBuf::from(within), std::sync::Arc::from(bytes)));
+    }
+    if files.is_empty() {
+        return Err("the picked folder has no files".into());
+    }
+    Ok((if root.is_empty() { "picked folder".into() } else { root }, files))
+}

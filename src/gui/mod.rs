@@ -129,12 +129,18 @@ pub struct VramfitApp {
     /// The decoded-image cache's folder and size, for a folder dataset.
     cache_summary: Option<String>,
     data_for: Option<Option<PathBuf>>,
+    /// The folder whose files were handed over in memory ([`Command::UseFiles`]) when they
+    /// are the dataset (`data` then holds them and `settings.data_dir` is `None`).
+    files_dataset: Option<String>,
     plan: Plan,
     plan_for: Option<Config>,
     session: Session,
     /// Files dropped on a page, read asynchronously (a browser has no paths).
     #[cfg(target_arch = "wasm32")]
     page_drops: predict::PageDrops,
+    /// The folder picked in a page, its files read asynchronously.
+    #[cfg(target_arch = "wasm32")]
+    page_folder: dialogs::PageFolder,
     /// The model the last in-memory run trained ([`InMemoryTraining`]), for prediction.
     in_memory_model: Option<std::sync::Arc<crate::infer::Predictor>>,
     /// The context the session's repaint requests go to (known from the first frame on).
@@ -201,12 +207,15 @@ impl VramfitApp {
             data: Err("not loaded".into()),
             cache_summary: None,
             data_for: None,
+            files_dataset: None,
             plan,
             plan_for: None,
             session,
             in_memory_model: None,
             #[cfg(target_arch = "wasm32")]
             page_drops: predict::PageDrops::default(),
+            #[cfg(target_arch = "wasm32")]
+            page_folder: dialogs::PageFolder::default(),
             repaint,
             in_flight: InFlight::default(),
             commands: Vec::new(),
@@ -243,6 +252,16 @@ impl VramfitApp {
     /// The plots' data of the current run.
     pub fn history(&self) -> &RunHistory {
         &self.history
+    }
+
+    /// The dataset: its splits, or why it cannot be used.
+    pub fn data(&self) -> Result<&Splits, &str> {
+        self.data.as_ref().map_err(String::as_str)
+    }
+
+    /// The folder whose files, handed over in memory, are the dataset ([`Command::UseFiles`]).
+    pub fn files_dataset(&self) -> Option<&str> {
+        self.files_dataset.as_deref()
     }
 
     /// The last run folder (for Resume, evaluation, prediction and export).
@@ -411,6 +430,11 @@ impl VramfitApp {
             let images = self.page_drops.take();
             if !images.is_empty() {
                 self.commands.push(Command::PredictImages(images));
+            }
+            match self.page_folder.take() {
+                Some(Ok((root, files))) => self.commands.push(Command::UseFiles { root, files }),
+                Some(Err(e)) => self.error = Some(e),
+                None => {}
             }
         }
         egui::Panel::left("setup").resizable(true).default_size(330.0).show(ui, |ui| {

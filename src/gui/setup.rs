@@ -79,11 +79,21 @@ impl VramfitApp {
     /// The dataset folder, its classes and what its scan and training left out.
     fn dataset_ui(&mut self, ui: &mut egui::Ui) {
         ui.label("Dataset");
-        let shown =
-            self.settings.data_dir.as_ref().map_or("bundled Fashion-MNIST subset".into(), |p| p.display().to_string());
+        let shown = match (&self.files_dataset, &self.settings.data_dir) {
+            (Some(root), _) => format!("{root} (its files, in memory)"),
+            (None, Some(dir)) => dir.display().to_string(),
+            (None, None) => "bundled Fashion-MNIST subset".into(),
+        };
         ui.label(shown);
         ui.horizontal(|ui| {
-            if ui.button("Choose folder…").clicked()
+            let choose = ui.button("Choose folder…").clicked();
+            // A page reads the picked folder's files; the desktop scans the folder.
+            #[cfg(target_arch = "wasm32")]
+            if choose && let Err(e) = self.page_folder.pick(ui.ctx()) {
+                self.error = Some(e);
+            }
+            if choose
+                && !cfg!(target_arch = "wasm32")
                 && let Some(dir) = dialogs::pick_folder()
             {
                 self.commands.push(Command::SetDataDir(Some(dir)));

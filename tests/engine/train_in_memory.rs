@@ -202,3 +202,63 @@ fn gui_trains_in_memory_as_the_browser_app_does() {
         );
     }
 }
+
+/// A folder's files handed over in memory, as a page's folder dialog hands them
+/// (`Command::UseFiles`): two classes of bundled images as PNG bytes, OS junk, a text file and
+/// a file that is not an image. The scan takes the classes and ignores the junk; the run trains
+/// on them in memory and learns to tell the two apart; the broken file is skipped, named.
+/// Choosing the bundled data afterwards drops the files.
+#[test]
+fn gui_trains_in_memory_on_a_folders_files_handed_over() {
+    let splits = bundled();
+    let pipe = SamplePipeline::from_config(&quickstart(), false);
+    let mut files: Vec<(PathBuf, Arc<[u8]>)> = Vec::new();
+    for (class, label) in [("Trouser", 1), ("Bag", 8)] {
+        for (i, s) in splits.train.samples.iter().filter(|s| s.label == label).take(50).enumerate() {
+            let mut png = std::io::Cursor::new(Vec::new());
+            pipe.decode(&s.source).unwrap().write_to(&mut png, image::ImageFormat::Png).unwrap();
+            files.push((PathBuf::from(format!("{class}/{i:03}.png")), Arc::from(png.into_inner())));
+        }
+    }
+    for (junk, bytes) in [("Bag/broken.png", "not a png"), ("Bag/.DS_Store", "junk"), ("notes.txt", "about")] {
+        files.push((PathBuf::from(junk), Arc::from(bytes.as_bytes())));
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let options = AppOptions {
+        runs_dir: dir.path().join("runs"),
+        in_memory: Some(InMemoryTraining { gpu: None }),
+        ..AppOptions::default()
+    };
+    let mut config = quickstart();
+    config.train.epochs = 4;
+    config.train.batch_size = 16;
+    let settings = Settings { adapter: None, cpu_backend: CpuBackend::Flex, config, ..Settings::default() };
+    let mut app = VramfitApp::with_options(settings, options);
+    app.apply(Command::UseFiles { root: "my-photos".into(), files });
+    let data = app.data().unwrap();
+    assert_eq!(data.train.class_names, ["Bag", "Trouser"]);
+    assert_eq!((data.train.samples.len() + data.val.samples.len(), data.val.samples.len()), (101, 10));
+    let ignored: Vec<String> = data.report.ignored.iter().map(|(p, _)| p.display().to_string()).collect();
+    assert_eq!(ignored, ["my-photos/Bag/.DS_Store", "my-photos/notes.txt"]);
+    let broken_in_train = data.train.samples.iter().any(|s| s.source.describe().ends_with("broken.png"));
+    assert_eq!((app.files_dataset(), app.status()), (Some("my-photos"), "dataset my-photos: 2 classes, 101 images"));
+    app.apply(Command::Train);
+    assert!(app.training(), "{:?}", app.error());
+    let mut harness =
+        Harness::builder().with_size([1280.0, 820.0]).build_ui_state(|ui, app: &mut VramfitApp| app.ui(ui), app);
+    step_until(&mut harness, "the run on the handed-over files", |a| !a.training());
+    let app = harness.state();
+    assert_eq!(app.error(), None);
+    assert!(app.status().starts_with("done"), "{}", app.status());
+    let h = app.history();
+    let mean = |xs: &[[f64; 2]]| xs.iter().map(|p| p[1]).sum::<f64>() / xs.len() as f64;
+    assert!(mean(&h.loss[h.loss.len() - 4..]) < mean(&h.loss[..4]) - 0.2, "loss fell: {:?}", h.loss);
+    let e = app.evaluation().unwrap();
+    assert!(e.top1 >= 0.8, "trousers against bags after 4 epochs: top-1 {}", e.top1);
+    let skipped = h.skipped_files.iter().any(|(f, why)| f.ends_with("broken.png") && !why.is_empty());
+    assert_eq!(skipped, broken_in_train, "{:?}", h.skipped_files);
+    // The bundled data replaces the files.
+    harness.state_mut().apply(Command::SetDataDir(None));
+    let app = harness.state();
+    assert_eq!((app.files_dataset(), app.data().unwrap().train.class_names.len()), (None, 10));
+}
