@@ -331,24 +331,15 @@ pub fn app_export() -> Result<(), JsValue> {
     with_app(|app| app.apply(crate::gui::Command::Download))
 }
 
-/// Hands the app a folder's files as the page's folder dialog does (the headless test's hook):
-/// `root` is the folder's name, `paths[i]` a file's path within it (`cats/001.png`) and
-/// `files[i]` its bytes (a `Uint8Array`); they become the dataset ([`crate::dataset::from_files`]).
+/// Presses Choose folder in the app, as the button does in a page: the browser's folder dialog
+/// opens (browsers show it within a user's click; a test driver intercepts it), and the picked
+/// folder's files become the dataset ([`crate::dataset::from_files`]; the headless test's hook).
 ///
 /// # Errors
-/// Rejects when the app has not started or `paths` and `files` differ in length; a folder the
-/// scan refuses shows in the app's dataset panel.
+/// Rejects when the app has not started.
 #[wasm_bindgen]
-pub fn app_use_files(root: String, paths: Vec<String>, files: js_sys::Array) -> Result<(), JsValue> {
-    if paths.len() != files.length() as usize {
-        return Err(js_error(format!("{} paths for {} files", paths.len(), files.length())));
-    }
-    let files = paths
-        .into_iter()
-        .zip(files.iter())
-        .map(|(path, bytes)| (path.into(), Arc::from(js_sys::Uint8Array::new(&bytes).to_vec())))
-        .collect();
-    with_app(|app| app.apply(crate::gui::Command::UseFiles { root, files }))
+pub fn app_choose_folder() -> Result<(), JsValue> {
+    with_app(VramfitApp::choose_folder_in_page)
 }
 
 /// Drops an image file's bytes on the app (`name` is the file's name), as a browser's drop

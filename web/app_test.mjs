@@ -6,8 +6,9 @@
 // it, Export (window.vramfitApp.export, the button in a page) downloads the four export files
 // and native `vramfit eval` of the downloaded weights gives the app's top-1 (VRAMFIT_BIN, else
 // target/release/vramfit; skipped without one unless WEB_TEST_REQUIRE_NATIVE is set), a folder
-// of one's own images handed over as the page's folder dialog does (window.vramfitApp.useFiles)
-// becomes the dataset (its classes, junk ignored) and trains 2 steps, a preset
+// of one's own images picked in the page's folder dialog (window.vramfitApp.chooseFolder, the
+// dialog answered by the test) becomes the dataset (its classes, junk ignored) and trains 2
+// steps, a preset
 // picked afterwards survives a reload (local storage), and no console error or panic appeared.
 // Usage: node web/app_test.mjs [steps] [screenshot.png, taken mid-training]; WEB_TEST_TIMEOUT_S bounds the wait (900).
 import { chromium } from "playwright-core";
@@ -92,18 +93,22 @@ try {
   while (downloads.length < 4 && Date.now() < until) await page.waitForTimeout(200);
   const saved = (await Promise.all(downloads)).sort();
   if (saved.join() !== "model.bpk,model.json,model.onnx,model.safetensors") failures.push(`export downloaded ${JSON.stringify(saved)}, not the four export files`);
-  // A folder of one's own images, as the folder dialog hands it over: two classes, junk ignored;
-  // it trains (2 capped steps) on the page's adapter.
+  // A folder of one's own images through the page's folder dialog (Choose folder; the test
+  // answers the dialog with a folder of two classes and OS junk): the scan takes the classes,
+  // and 2 capped steps train on them on the page's adapter.
   const folder = await classFolder({ trousers: 1, bags: 8 }, 20);
-  await page.evaluate(([p, f]) => window.vramfitApp.useFiles("my-photos", p, f.map((b) => new Uint8Array(b))), [folder.paths, folder.files]);
+  const chooser = page.waitForEvent("filechooser", { timeout: 30000 });
+  await page.evaluate(() => window.vramfitApp.chooseFolder());
+  await (await chooser).setFiles(folder);
+  await page.waitForFunction(() => window.vramfitApp.state().dataset !== "bundled", null, { timeout: 30000, polling: 200 });
   const own = await state();
   console.log(`[app own folder] ${JSON.stringify({ dataset: own.dataset, classes: own.classes, train: own.train_images, val: own.val_images, error: own.data_error, status: own.status })}`);
-  if (own.dataset !== "my-photos" || JSON.stringify(own.classes) !== '["bags","trousers"]' || own.train_images + own.val_images !== 40 || own.data_error) failures.push(`the handed-over folder is not the dataset: ${JSON.stringify(own)}`);
+  if (own.dataset !== "my-photos" || JSON.stringify(own.classes) !== '["bags","trousers"]' || own.train_images + own.val_images !== 40 || own.data_error) failures.push(`the picked folder is not the dataset: ${JSON.stringify(own)}`);
   await page.evaluate(() => window.vramfitApp.train(2));
   await page.waitForFunction(() => !window.vramfitApp.state().training, null, { timeout: left(), polling: 500 });
   const ownEnd = await state();
   console.log(`[app own folder] trained: ${ownEnd.status}, losses ${ownEnd.losses.map((l) => l.toFixed(3)).join(", ")}, top-1 ${ownEnd.val_accuracy} on ${ownEnd.eval_images}`);
-  if (ownEnd.error || ownEnd.steps !== 2 || ownEnd.eval_images !== own.val_images) failures.push(`training on the handed-over folder: ${JSON.stringify(ownEnd)}`);
+  if (ownEnd.error || ownEnd.steps !== 2 || ownEnd.eval_images !== own.val_images) failures.push(`training on the picked folder: ${JSON.stringify(ownEnd)}`);
   // Settings persist in the browser's local storage: a preset picked now is the one a reload
   // opens with.
   const other = end.preset === "8gb" ? "4gb" : "8gb";

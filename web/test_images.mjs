@@ -1,5 +1,5 @@
 // Test inputs the two browser tests share: bundled test images written as PNG files.
-import { readFile, writeFile, mkdtemp } from "node:fs/promises";
+import { readFile, writeFile, mkdtemp, mkdir } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { gunzipSync, deflateSync } from "node:zlib";
 import { join, dirname } from "node:path";
@@ -55,24 +55,24 @@ export async function predictionInputs(n) {
   return { images, text };
 }
 
-// A folder of one's own images as the page's folder dialog hands it over: `perClass` bundled
-// test images of each of `classes` (`{ name: label }`) as PNG bytes under `<name>/`, plus OS
-// junk the scan must ignore. Returns `{ paths, files }` (paths within the folder, byte arrays).
+// A folder of one's own images in a new temporary folder: `perClass` bundled test images of
+// each of `classes` (`{ name: label }`) as PNG files under `<name>/`, plus OS junk the scan must
+// ignore. Returns the folder's path.
 export async function classFolder(classes, perClass) {
   const dir = join(root, "..", "assets", "fashion-mnist-subset");
   const idx = gunzipSync(await readFile(join(dir, "t10k-images-idx3-ubyte.gz")));
   const labels = gunzipSync(await readFile(join(dir, "t10k-labels-idx1-ubyte.gz"))).subarray(8);
   const [rows, cols] = [idx.readUInt32BE(8), idx.readUInt32BE(12)];
-  const paths = [], files = [];
+  const out = join(await mkdtemp(join(tmpdir(), "vramfit-web-")), "my-photos");
   for (const [name, label] of Object.entries(classes)) {
+    await mkdir(join(out, name), { recursive: true });
     let taken = 0;
     for (let i = 0; i < labels.length && taken < perClass; i++) {
       if (labels[i] !== label) continue;
-      paths.push(`${name}/${String(taken++).padStart(3, "0")}.png`);
-      files.push([...png(idx.subarray(16 + i * rows * cols, 16 + (i + 1) * rows * cols), cols, rows)]);
+      const image = png(idx.subarray(16 + i * rows * cols, 16 + (i + 1) * rows * cols), cols, rows);
+      await writeFile(join(out, name, `${String(taken++).padStart(3, "0")}.png`), image);
     }
   }
-  paths.push(`${Object.keys(classes)[0]}/.DS_Store`);
-  files.push([...Buffer.from("junk")]);
-  return { paths, files };
+  await writeFile(join(out, Object.keys(classes)[0], ".DS_Store"), "junk");
+  return out;
 }

@@ -264,6 +264,20 @@ impl VramfitApp {
         self.files_dataset.as_deref()
     }
 
+    /// Opens the page's folder dialog (what Choose folder does in a browser); the picked
+    /// folder's files become the dataset once read ([`Command::UseFiles`]). The browser shows
+    /// the dialog only within a user's click (its "user activation").
+    #[cfg(target_arch = "wasm32")]
+    pub fn choose_folder_in_page(&mut self) {
+        let Some(ctx) = self.repaint.get().cloned() else {
+            self.error = Some("the app has not drawn its first frame yet: choose the folder again".into());
+            return;
+        };
+        if let Err(e) = self.page_folder.pick(&ctx) {
+            self.error = Some(e);
+        }
+    }
+
     /// The last run folder (for Resume, evaluation, prediction and export).
     pub fn last_run(&self) -> Option<&std::path::Path> {
         self.last_run.as_deref()

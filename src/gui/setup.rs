@@ -89,8 +89,8 @@ impl VramfitApp {
             let choose = ui.button("Choose folder…").clicked();
             // A page reads the picked folder's files; the desktop scans the folder.
             #[cfg(target_arch = "wasm32")]
-            if choose && let Err(e) = self.page_folder.pick(ui.ctx()) {
-                self.error = Some(e);
+            if choose {
+                self.choose_folder_in_page();
             }
             if choose
                 && !cfg!(target_arch = "wasm32")
