@@ -148,7 +148,7 @@ if (!haveBin && process.env.WEB_TEST_REQUIRE_NATIVE) failures.push(`no native bi
 else if (!haveBin) console.log(`no native binary at ${bin}: the native comparison of the downloads is skipped`);
 for (const weights of haveBin && end && files.includes("model.bpk") ? ["model.bpk", "model.safetensors"] : []) {
   try {
-    const out = execFileSync(bin, ["eval", "--model", join(exportDir, weights), "--device", "cpu"], { encoding: "utf8" });
+    const out = execFileSync(bin, ["eval", "--model", join(exportDir, weights), "--device", "cpu", "--csv", join(exportDir, "confusion.csv")], { encoding: "utf8" });
     console.log(`[native eval of the downloaded ${weights}] ${out.trim().split("\n")[0]}`);
     const [, images, top1] = /^(\d+) images on .*top-1 ([0-9.]+)%/m.exec(out) || [];
     const app = 100 * end.val_accuracy;
