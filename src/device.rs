@@ -264,8 +264,21 @@ pub fn select(choice: DeviceChoice) -> Result<SelectedDevice> {
                     adapter.name
                 ))
             })?;
+            // `VRAMFIT_WGPU_POOLS=exclusive`: a browser's pools, for measuring them natively.
+            #[cfg(target_arch = "wasm32")]
+            let device = Device::wgpu(kind);
+            #[cfg(not(target_arch = "wasm32"))]
+            let device = if crate::memory::exclusive_pools_requested() {
+                Device::wgpu_options()
+                    .device_kind(kind)
+                    .memory_config(burn::tensor::wgpu::MemoryConfiguration::ExclusivePages)
+                    .init()
+                    .map_err(|e| Error::Device(format!("wgpu with exclusive pools: {e:?}")))?
+            } else {
+                Device::wgpu(kind)
+            };
             Ok(SelectedDevice {
-                device: Device::wgpu(kind),
+                device,
                 name: format!("{} ({}, {})", adapter.name, adapter.backend, adapter.device_type),
                 adapter: Some(adapter),
                 note: None,

@@ -136,6 +136,9 @@ if (end) {
   if (!(last < first)) failures.push(`loss did not fall: first ${k} steps ${first}, last ${k} ${last}`);
   if (end.memory_points !== steps || !(end.reserved_mib > 0)) failures.push(`memory plot: ${end.memory_points} points, last reserved ${end.reserved_mib} MiB`);
   if (!(end.predicted_mib > 0)) failures.push("no predicted peak on the memory plot");
+  // The plan holds in the page: its pools (exclusive pages, memory::PoolLayout) reserve at most
+  // 5% above the predicted peak, and the plan is not more than 25% above what they reserve.
+  else if (!(end.reserved_mib <= 1.05 * end.predicted_mib && end.predicted_mib <= 1.25 * end.reserved_mib)) failures.push(`the plan does not hold in the page: reserved ${end.reserved_mib} MiB, predicted ${end.predicted_mib} MiB`);
   if (!(end.val_accuracy >= 0 && end.val_accuracy <= 1)) failures.push(`no evaluation at the run's end: ${end.val_accuracy}`);
   if (!/^stopped at step/.test(end.status)) failures.push(`status after a capped run: ${end.status}`);
 }
