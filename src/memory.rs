@@ -673,13 +673,12 @@ mod tests {
         assert!(estimate_with(&ck, 16, 10, true).activations() < fused && fused < burn_ops / 2 + burn_ops / 20);
     }
 
-    /// The 224 px grid measured on lavapipe, one fresh process per cell (README, "Memory";
-    /// `vramfit bench memory -c 12gb --cell B,224,P,C --steps 2`), with burn's GroupNorm + GELU
-    /// (before the WGSL kernels): batch, precision, checkpointing, measured reserved MiB. The
-    /// plan for burn's ops must stay within 10% over and never more than 5% under each of them.
+    /// The plan with a browser's pools (exclusive pages) against every measured cell (README,
+    /// "The plan in a browser"): never more than 5% under, at most 10% over without
+    /// checkpointing and 30% with it.
     #[test]
     fn the_browser_plan_holds_on_the_measured_cells() {
-        // (batch, largest page, measured reserved MiB): lavapipe with a browser's pools
+        // (batch, px, checkpointing, largest page, measured reserved MiB): lavapipe with a browser's pools
         // (`VRAMFIT_WGPU_POOLS=exclusive VRAMFIT_GROUP_NORM_GELU=burn vramfit bench memory -c
         // quickstart --cell B,28,f32,off --steps 2`) and Chromium 156's SwiftShader WebGPU (the
         // pages' 10-step tests, the highest and lowest readings after the first step), all
@@ -695,6 +694,7 @@ mod tests {
             (64, 28, false, BROWSER_MAX_PAGE_SIZE, 172.0),
             (16, 28, true, 128 << 20, 28.0),
             (32, 28, true, 128 << 20, 53.6),
+            (64, 28, true, 128 << 20, 102.7),
             (64, 28, true, 128 << 20, 104.2),
             (128, 28, true, 128 << 20, 208.0),
             (128, 28, true, 128 << 20, 211.5),
@@ -726,6 +726,10 @@ mod tests {
         assert!(browser as f64 > 1.8 * adaptive as f64, "{browser} against {adaptive}");
     }
 
+    /// The 224 px grid measured on lavapipe, one fresh process per cell (README, "Memory";
+    /// `vramfit bench memory -c 12gb --cell B,224,P,C --steps 2`), with burn's GroupNorm + GELU
+    /// (before the WGSL kernels): batch, precision, checkpointing, measured reserved MiB. The
+    /// plan for burn's ops must stay within 10% over and never more than 5% under each of them.
     #[test]
     fn the_plan_holds_on_the_measured_grid() {
         let measured_reserved_mib = [

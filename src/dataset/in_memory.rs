@@ -4,9 +4,14 @@
 //! scan's ([`super::folder`]): `<class>/**/<image>` or `train/<class>/...` with `val/` (or
 //! `valid/`, `validation/`, `test/`), junk and other extensions ignored and reported, images
 //! beside the class folders reported as stray, a class with no image refused (or skipped with
-//! `allow_empty_classes`), classes in code-point order, files sorted by path.
+//! `allow_empty_classes`), classes in code-point order, files sorted by path. What a file list
+//! cannot show: empty folders (a browser lists files only, so a class folder with nothing in it
+//! does not exist here, where on disk it is refused), symbolic links and IDX folders (whose
+//! files are not images: "no class folders"). In the `train/` layout, junk and other files
+//! outside `train/` and the validation folder are listed as ignored (the disk scan never reads
+//! them).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::path::{Component, Path, PathBuf};
 use std::sync::Arc;
 
@@ -37,6 +42,7 @@ pub fn from_files(root: &str, files: Vec<(PathBuf, Arc<[u8]>)>, opts: &ScanOptio
     let root_path = PathBuf::from(root);
     let mut report = ScanReport::default();
     let mut kept: Vec<Entry> = Vec::with_capacity(files.len());
+    let mut junk_reported = HashSet::new();
     for (path, bytes) in files {
         let parts = components(&path).ok_or_else(|| Error::Dataset {
             path: root_path.join(&path),
@@ -46,7 +52,7 @@ pub fn from_files(root: &str, files: Vec<(PathBuf, Arc<[u8]>)>, opts: &ScanOptio
         let junk = parts.iter().position(|p| is_junk(p));
         if let Some(i) = junk {
             let ignored = parts[..=i].iter().fold(root_path.clone(), |d, p| d.join(p));
-            if !report.ignored.iter().any(|(p, _)| *p == ignored) {
+            if junk_reported.insert(ignored.clone()) {
                 report.ignored.push((ignored, IGNORED_JUNK));
             }
         } else if !has_image_extension(&path) {
@@ -55,7 +61,9 @@ pub fn from_files(root: &str, files: Vec<(PathBuf, Arc<[u8]>)>, opts: &ScanOptio
         let taken = junk.is_none() && has_image_extension(&path);
         kept.push((parts, taken.then_some(bytes)));
     }
-    let has_train = kept.iter().any(|(parts, bytes)| parts.len() > 2 && parts[0] == "train" && bytes.is_some());
+    // A folder exists, as on disk, when any file lies below it (junk and other files included).
+    let folder_exists = |name: &str| kept.iter().any(|(parts, _)| parts.len() >= 2 && parts[0] == name);
+    let has_train = folder_exists("train");
     if !has_train {
         let all = scan(&root_path, &[], &kept, opts, &mut report)?;
         let (train, val) = split(all, opts);
@@ -68,9 +76,7 @@ pub fn from_files(root: &str, files: Vec<(PathBuf, Arc<[u8]>)>, opts: &ScanOptio
         return Ok(Splits { train, val, description, report, root: root_path });
     }
     let train = scan(&root_path, &["train"], &kept, opts, &mut report)?;
-    let val_folder = VAL_FOLDERS
-        .into_iter()
-        .find(|v| kept.iter().any(|(parts, b)| parts.len() > 2 && parts[0] == *v && b.is_some()));
+    let val_folder = VAL_FOLDERS.into_iter().find(|v| folder_exists(v));
     let Some(val_folder) = val_folder else {
         let (train, val) = split(train, opts);
         let description = format!("{root} (train/, {:.0}% held out)", opts.val_fraction * 100.0);
@@ -107,10 +113,6 @@ fn scan(root: &Path, prefix: &[&str], files: &[Entry], opts: &ScanOptions, repor
     let prefix: Vec<String> = prefix.iter().map(|p| p.to_string()).collect();
     for (parts, bytes) in files {
         let Some(rest) = parts.strip_prefix(prefix.as_slice()) else { continue };
-        // Beside train/ and val/, another top folder is not a class of either.
-        if prefix.is_empty() && rest.len() > 2 && (rest[0] == "train" || VAL_FOLDERS.contains(&rest[0].as_str())) {
-            continue;
-        }
         match (rest, bytes) {
             ([file], Some(_)) => {
                 stray += 1;
@@ -197,7 +199,7 @@ mod tests {
     /// ignored files and stray images, for both layouts (class folders; train/ + val/).
     #[test]
     fn files_in_memory_scan_as_the_same_folder_on_disk() {
-        let layouts: [&[&str]; 2] = [
+        let layouts: [&[&str]; 4] = [
             &[
                 "dogs/b.png",
                 "dogs/a.JPG",
@@ -212,6 +214,10 @@ mod tests {
                 "birds/y.gif",
             ],
             &["train/cats/1.png", "train/cats/2.png", "train/dogs/1.png", "train/dogs/2.png", "val/dogs/9.png"],
+            // Without train/, folders named like validation folders are classes, nested or not.
+            &["test/a/1.png", "test/2.png", "val/3.png", "val/4.png", "cats/1.png", "cats/2.png"],
+            // train/ exists whatever it holds directly; test/ is taken when there is no val/.
+            &["train/x/1.png", "train/x/2.png", "train/y/1.png", "train/.DS_Store", "test/y/7.png"],
         ];
         for layout in layouts {
             let dir = tempfile::tempdir().unwrap();
@@ -236,6 +242,32 @@ mod tests {
             assert_eq!(
                 relative(&memory.report.stray_root_images, root),
                 relative(&disk.report.stray_root_images, dir.path())
+            );
+        }
+    }
+
+    /// Layouts the disk scan refuses are refused in memory too: a validation folder holding only
+    /// junk, images directly in train/.
+    #[test]
+    fn files_in_memory_are_refused_where_the_same_folder_is() {
+        let layouts: [&[&str]; 2] = [
+            &["train/cats/1.png", "train/dogs/1.png", "val/.DS_Store", "val/notes.txt"],
+            &["train/1.png", "train/2.png", "cats/1.png"],
+        ];
+        for layout in layouts {
+            let dir = tempfile::tempdir().unwrap();
+            for p in layout {
+                let path = dir.path().join(p);
+                std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+                std::fs::write(&path, p.as_bytes()).unwrap();
+            }
+            let disk = super::super::open(dir.path(), &OPTS).map(|_| ()).unwrap_err().to_string();
+            let memory = from_files("picked", files(layout), &OPTS).map(|_| ()).unwrap_err().to_string();
+            let tail = |e: &str| e.split(": ").skip(1).collect::<Vec<_>>().join(": ");
+            assert_eq!(
+                tail(&memory).replace("picked", "ROOT"),
+                tail(&disk).replace(&dir.path().display().to_string(), "ROOT"),
+                "{layout:?}"
             );
         }
     }

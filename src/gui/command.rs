@@ -272,6 +272,10 @@ impl VramfitApp {
     fn export_to(&mut self, dir: Option<PathBuf>) {
         let options = crate::export::ExportOptions::default();
         let job = match (self.in_memory_model.clone(), self.last_run.clone(), dir) {
+            (Some(_), _, None) if !cfg!(target_arch = "wasm32") => {
+                self.error = Some("downloads are made in a browser: choose an export folder".into());
+                return;
+            }
             (Some(predictor), _, dir) => Job::ExportModel { predictor, dir, options },
             (None, Some(run), Some(dir)) => Job::Export { run, dir, options },
             (None, Some(_), None) => {

@@ -157,8 +157,9 @@ impl PageFolder {
 }
 
 /// The files of a folder input: the folder's name (the first component of each file's
-/// `webkitRelativePath`) and each file's path below it with its bytes. A file the browser
-/// cannot read comes as empty bytes, which the loader skips naming it as empty.
+/// `webkitRelativePath`) and each file's path below it with its bytes (empty for the files the
+/// scan ignores by name). A file the browser cannot read comes as empty bytes, which the loader
+/// skips naming it as empty.
 #[cfg(target_arch = "wasm32")]
 async fn read_picked(input: &eframe::web_sys::HtmlInputElement) -> Result<PickedFolder, String> {
     let list = input.files().ok_or("the browser handed over no files")?;
@@ -174,11 +175,19 @@ async fn read_picked(input: &eframe::web_sys::HtmlInputElement) -> Result<Picked
         if root.is_empty() {
             root = folder.to_string();
         }
-        let bytes = match wasm_bindgen_futures::JsFuture::from(file.array_buffer()).await {
-            Ok(buffer) => js_sys::Uint8Array::new(&buffer).to_vec(),
-            Err(_) => Vec::new(),
+        // Only images are read: the scan ignores the rest by name (`.git` objects, videos,
+        // junk), and the page's memory holds every byte read.
+        let within = PathBuf::from(within);
+        let skipped = within.iter().any(|c| crate::dataset::is_junk(&c.to_string_lossy()))
+            || !crate::dataset::has_image_extension(&within);
+        let bytes = match skipped {
+            true => Vec::new(),
+            false => match wasm_bindgen_futures::JsFuture::from(file.array_buffer()).await {
+                Ok(buffer) => js_sys::Uint8Array::new(&buffer).to_vec(),
+                Err(_) => Vec::new(),
+            },
         };
-        files.push((PathBuf::from(within), std::sync::Arc::from(bytes)));
+        files.push((within, std::sync::Arc::from(bytes)));
     }
     if files.is_empty() {
         return Err("the picked folder has no files".into());

@@ -376,6 +376,7 @@ impl VramfitApp {
             }
             .map_err(|e| e.to_string());
             self.data_for = Some(self.settings.data_dir.clone());
+            self.plan_for = None; // the class count may differ
             self.cache_summary = self.settings.data_dir.as_ref().map(|_| crate::image_cache::summary(&c.data));
         }
         if self.plan_for.as_ref() != Some(&self.settings.config) {
