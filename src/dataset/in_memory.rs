@@ -181,6 +181,17 @@ mod tests {
         paths.iter().map(|p| (PathBuf::from(p), Arc::from(p.as_bytes()))).collect()
     }
 
+    /// The same files in a temporary folder, each holding its own path as bytes.
+    fn on_disk(layout: &[&str]) -> tempfile::TempDir {
+        let dir = tempfile::tempdir().unwrap();
+        for p in layout {
+            let path = dir.path().join(p);
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            std::fs::write(&path, p.as_bytes()).unwrap();
+        }
+        dir
+    }
+
     /// (class name, path relative to the dataset root) of each sample, in order.
     fn listed(d: &Dataset, root: &Path) -> Vec<(String, String)> {
         d.samples
@@ -220,12 +231,7 @@ mod tests {
             &["train/x/1.png", "train/x/2.png", "train/y/1.png", "train/.DS_Store", "test/y/7.png"],
         ];
         for layout in layouts {
-            let dir = tempfile::tempdir().unwrap();
-            for p in layout {
-                let path = dir.path().join(p);
-                std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-                std::fs::write(&path, p.as_bytes()).unwrap();
-            }
+            let dir = on_disk(layout);
             let disk = super::super::open(dir.path(), &OPTS).unwrap();
             let memory = from_files("picked", files(layout), &OPTS).unwrap();
             let root = Path::new("picked");
@@ -255,12 +261,7 @@ mod tests {
             &["train/1.png", "train/2.png", "cats/1.png"],
         ];
         for layout in layouts {
-            let dir = tempfile::tempdir().unwrap();
-            for p in layout {
-                let path = dir.path().join(p);
-                std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-                std::fs::write(&path, p.as_bytes()).unwrap();
-            }
+            let dir = on_disk(layout);
             let disk = super::super::open(dir.path(), &OPTS).map(|_| ()).unwrap_err().to_string();
             let memory = from_files("picked", files(layout), &OPTS).map(|_| ()).unwrap_err().to_string();
             let tail = |e: &str| e.split(": ").skip(1).collect::<Vec<_>>().join(": ");
