@@ -272,18 +272,17 @@ impl VramfitApp {
     fn export_to(&mut self, dir: Option<PathBuf>) {
         let options = crate::export::ExportOptions::default();
         let job = match (self.in_memory_model.clone(), self.last_run.clone(), dir) {
-            (Some(_), _, None) if !cfg!(target_arch = "wasm32") => {
-                self.error = Some("downloads are made in a browser: choose an export folder".into());
-                return;
-            }
-            (Some(predictor), _, dir) => Job::ExportModel { predictor, dir, options },
-            (None, Some(run), Some(dir)) => Job::Export { run, dir, options },
-            (None, Some(_), None) => {
-                self.error = Some("downloads are made in a browser: choose an export folder".into());
-                return;
-            }
             (None, None, _) => {
                 self.error = Some("nothing to export: train a model first".into());
+                return;
+            }
+            (Some(predictor), _, Some(dir)) => Job::ExportModel { predictor, dir: Some(dir), options },
+            (Some(predictor), _, None) if cfg!(target_arch = "wasm32") => {
+                Job::ExportModel { predictor, dir: None, options }
+            }
+            (None, Some(run), Some(dir)) => Job::Export { run, dir, options },
+            (_, _, None) => {
+                self.error = Some("downloads are made in a browser: choose an export folder".into());
                 return;
             }
         };
@@ -373,13 +372,7 @@ impl VramfitApp {
             self.error = Some("training: the dataset changes when the run has ended".into());
             return;
         }
-        let c = &self.settings.config;
-        let opts = ScanOptions {
-            val_fraction: c.data.val_fraction,
-            seed: c.seed,
-            allow_empty_classes: c.data.allow_empty_classes,
-        };
-        self.data = dataset::from_files(&root, files, &opts).map_err(|e| e.to_string());
+        self.data = dataset::from_files(&root, files, &self.scan_options()).map_err(|e| e.to_string());
         self.settings.data_dir = None;
         self.data_for = Some(None);
         self.plan_for = None; // the class count may differ

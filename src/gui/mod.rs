@@ -364,12 +364,7 @@ impl VramfitApp {
     /// Recomputes what depends on the settings (dataset scan, memory plan) when they changed.
     fn refresh(&mut self) {
         if self.data_for.as_ref() != Some(&self.settings.data_dir) {
-            let c = &self.settings.config;
-            let opts = ScanOptions {
-                val_fraction: c.data.val_fraction,
-                seed: c.seed,
-                allow_empty_classes: c.data.allow_empty_classes,
-            };
+            let opts = self.scan_options();
             self.data = match &self.settings.data_dir {
                 Some(path) => dataset::open(path, &opts),
                 None => dataset::open_bundled(&opts),
@@ -377,13 +372,20 @@ impl VramfitApp {
             .map_err(|e| e.to_string());
             self.data_for = Some(self.settings.data_dir.clone());
             self.plan_for = None; // the class count may differ
-            self.cache_summary = self.settings.data_dir.as_ref().map(|_| crate::image_cache::summary(&c.data));
+            self.cache_summary =
+                self.settings.data_dir.as_ref().map(|_| crate::image_cache::summary(&self.settings.config.data));
         }
         if self.plan_for.as_ref() != Some(&self.settings.config) {
             let classes = self.data.as_ref().map_or(10, |d| d.train.class_names.len());
             self.plan = memory::plan(&self.settings.config, classes);
             self.plan_for = Some(self.settings.config.clone());
         }
+    }
+
+    /// How the knobs' config scans a dataset (validation split, its seed, empty classes).
+    fn scan_options(&self) -> ScanOptions {
+        let c = &self.settings.config;
+        ScanOptions { val_fraction: c.data.val_fraction, seed: c.seed, allow_empty_classes: c.data.allow_empty_classes }
     }
 
     /// The estimate line shown beside the sliders.
