@@ -63,6 +63,7 @@ fn devices_for(backends: &[String], adapter: Option<usize>) -> Vec<Result<Select
         .map(|b| match b.as_str() {
             "gpu" => device::select(DeviceChoice::Gpu(adapter))
                 .and_then(|d| if d.is_gpu() { Ok(d) } else { Err(crate::Error::Device("no GPU adapter".into())) }),
+            #[cfg(not(target_arch = "wasm32"))]
             "ndarray" => device::select(DeviceChoice::Cpu(CpuBackend::Ndarray)),
             "flex" => device::select(DeviceChoice::Cpu(CpuBackend::Flex)),
             other => Err(crate::Error::Device(format!("unknown backend {other:?}: use gpu, flex or ndarray"))),

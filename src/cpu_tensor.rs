@@ -49,7 +49,8 @@ pub mod flex {
     }
 }
 
-/// burn ndarray tensors.
+/// burn ndarray tensors (native builds: the web build has no ndarray backend).
+#[cfg(not(target_arch = "wasm32"))]
 pub mod nd {
     use std::borrow::Cow;
 

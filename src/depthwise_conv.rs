@@ -29,19 +29,23 @@
 #![allow(deprecated)]
 
 use burn::backend::AutodiffBackend;
+#[cfg(not(target_arch = "wasm32"))]
+use burn::backend::NdArray;
 use burn::backend::autodiff::checkpoint::base::Checkpointer;
 use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
 use burn::backend::autodiff::grads::Gradients;
 use burn::backend::autodiff::ops::{Backward, Ops, OpsKind};
 use burn::backend::autodiff::{Autodiff, NodeId};
 use burn::backend::tensor::FloatTensor;
-use burn::backend::{Backend, Dispatch, Flex, NdArray, backend_extension};
+use burn::backend::{Backend, Dispatch, Flex, backend_extension};
 use burn::nn::GroupNorm;
 use burn::tensor::ops::ConvOptions;
 use burn::tensor::{DType, Tensor};
 use rayon::prelude::*;
 
-use crate::cpu_tensor::{flex, nd};
+use crate::cpu_tensor::flex;
+#[cfg(not(target_arch = "wasm32"))]
+use crate::cpu_tensor::nd;
 use crate::gelu::{PORTABLE_FMA, VectorUnit, madd, runs_on_cpu_backend, vector_unit};
 use crate::group_norm_gelu::{Groups, cpu_affine_params, forward_group_in_place, group_norm_gelu};
 
@@ -117,7 +121,7 @@ pub fn depthwise_conv3x3_group_norm_gelu(
 }
 
 /// The fused inference op's backend extension (no autodiff: training takes the two ops).
-#[backend_extension(Flex, NdArray)]
+#[backend_extension(Flex, NdArray: cfg(not(target_arch = "wasm32")))]
 pub trait CpuDepthwiseGroupNormGelu: Backend {
     /// Shapes: `x` `[B, C, H, W]`, `weight` `[C, 1, 3, 3]`, `gamma` and `beta` `[C]` ->
     /// `[B, C, H', W']`.
@@ -152,6 +156,7 @@ impl CpuDepthwiseGroupNormGelu for Flex {
     }
 }
 
+#[cfg(not(target_arch = "wasm32"))]
 impl CpuDepthwiseGroupNormGelu for NdArray {
     fn cpu_depthwise3x3_group_norm_gelu(
         x: FloatTensor<Self>,
@@ -171,7 +176,7 @@ impl CpuDepthwiseGroupNormGelu for NdArray {
 }
 
 /// The backend extension (f32 only; [`depthwise_conv3x3`] checks dtype, stride and shapes).
-#[backend_extension(Flex, NdArray, Autodiff)]
+#[backend_extension(Flex, NdArray: cfg(not(target_arch = "wasm32")), Autodiff)]
 pub trait CpuDepthwise: Backend {
     /// The convolution. Shapes: `x` `[B, C, H, W]`, `weight` `[C, 1, 3, 3]` -> `[B, C, H', W']`.
     fn cpu_depthwise3x3(x: FloatTensor<Self>, weight: FloatTensor<Self>, stride: usize) -> FloatTensor<Self>;
@@ -204,6 +209,7 @@ impl CpuDepthwise for Flex {
     }
 }
 
+#[cfg(not(target_arch = "wasm32"))]
 impl CpuDepthwise for NdArray {
     fn cpu_depthwise3x3(x: FloatTensor<Self>, weight: FloatTensor<Self>, stride: usize) -> FloatTensor<Self> {
         let (x, weight) = (nd::contiguous(&x), nd::contiguous(&weight));

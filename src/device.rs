@@ -156,7 +156,9 @@ pub fn default_adapter(adapters: &[AdapterInfo]) -> Option<usize> {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum CpuBackend {
-    /// burn-ndarray (deprecated in burn 0.22, the fallback users know).
+    /// burn-ndarray (deprecated in burn 0.22, the fallback users know). Native builds only: in a
+    /// browser flex is the CPU backend (the web build leaves burn-ndarray out).
+    #[cfg(not(target_arch = "wasm32"))]
     Ndarray,
     /// burn-flex, ndarray's successor.
     Flex,
@@ -169,6 +171,7 @@ impl CpuBackend {
     /// Its short name: `flex` or `ndarray`.
     pub fn name(self) -> &'static str {
         match self {
+            #[cfg(not(target_arch = "wasm32"))]
             CpuBackend::Ndarray => "ndarray",
             CpuBackend::Flex => "flex",
         }
@@ -177,6 +180,7 @@ impl CpuBackend {
     /// The burn device.
     pub fn device(self) -> Device {
         match self {
+            #[cfg(not(target_arch = "wasm32"))]
             #[allow(deprecated)] // ndarray is deprecated upstream but is the fallback users asked for
             CpuBackend::Ndarray => Device::ndarray(),
             CpuBackend::Flex => Device::flex(),

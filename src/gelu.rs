@@ -32,6 +32,8 @@
 
 use std::marker::PhantomData;
 
+#[cfg(not(target_arch = "wasm32"))]
+use burn::backend::NdArray;
 use burn::backend::autodiff::checkpoint::base::Checkpointer;
 use burn::backend::autodiff::checkpoint::retro_forward::RetroForward;
 use burn::backend::autodiff::checkpoint::state::BackwardStates;
@@ -41,7 +43,7 @@ use burn::backend::autodiff::ops::{Backward, Ops, OpsKind, unary};
 use burn::backend::autodiff::{Autodiff, NodeId};
 use burn::backend::ops::ActivationOps;
 use burn::backend::tensor::FloatTensor;
-use burn::backend::{Backend, Dispatch, DispatchDevice, Flex, NdArray, backend_extension};
+use burn::backend::{Backend, Dispatch, DispatchDevice, Flex, backend_extension};
 use burn::tensor::{DType, Tensor};
 use rayon::prelude::*;
 
@@ -62,14 +64,19 @@ pub fn gelu<const D: usize>(x: Tensor<D>) -> Tensor<D> {
     Tensor::from_dispatch(<Dispatch as CpuGelu>::cpu_gelu(x.into_dispatch()))
 }
 
-/// Whether `device` (or the device an autodiff device wraps) is burn's flex or ndarray backend.
+/// Whether `device` (or the device an autodiff device wraps) is burn's flex or ndarray backend
+/// (the web build has no ndarray: see [`crate::device::CpuBackend`]).
 pub(crate) fn runs_on_cpu_backend(device: &burn::tensor::Device) -> bool {
-    let inner = device.clone().inner();
-    matches!(inner.as_dispatch(), DispatchDevice::Flex(_) | DispatchDevice::NdArray(_))
+    match device.clone().inner().as_dispatch() {
+        DispatchDevice::Flex(_) => true,
+        #[cfg(not(target_arch = "wasm32"))]
+        DispatchDevice::NdArray(_) => true,
+        _ => false,
+    }
 }
 
 /// The backend extension: GELU forward and its input gradient on the CPU backends.
-#[backend_extension(Flex, NdArray, Autodiff)]
+#[backend_extension(Flex, NdArray: cfg(not(target_arch = "wasm32")), Autodiff)]
 pub trait CpuGelu: Backend {
     /// `gelu(x)` elementwise. Shapes: any -> same.
     fn cpu_gelu(x: FloatTensor<Self>) -> FloatTensor<Self>;
@@ -93,6 +100,7 @@ impl CpuGelu for Flex {
     }
 }
 
+#[cfg(not(target_arch = "wasm32"))]
 impl CpuGelu for NdArray {
     fn cpu_gelu(x: FloatTensor<Self>) -> FloatTensor<Self> {
         match ndarray_f32::map(&[&x], |inputs, out| gelu_f32(inputs[0], out)) {
@@ -179,6 +187,7 @@ mod flex {
 }
 
 /// Elementwise kernels over ndarray tensors.
+#[cfg(not(target_arch = "wasm32"))]
 mod ndarray_f32 {
     use burn_ndarray::NdArrayTensor;
     use ndarray::{ArrayD, CowArray, IxDyn};

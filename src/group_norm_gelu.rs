@@ -39,6 +39,8 @@
 use std::marker::PhantomData;
 
 use burn::backend::AutodiffBackend;
+#[cfg(not(target_arch = "wasm32"))]
+use burn::backend::NdArray;
 use burn::backend::autodiff::checkpoint::base::Checkpointer;
 use burn::backend::autodiff::checkpoint::retro_forward::RetroForward;
 use burn::backend::autodiff::checkpoint::state::BackwardStates;
@@ -48,12 +50,14 @@ use burn::backend::autodiff::ops::{Backward, Ops, OpsKind};
 use burn::backend::autodiff::{Autodiff, NodeId};
 use burn::backend::tensor::FloatTensor;
 use burn::backend::wgpu::CubeBackend;
-use burn::backend::{Backend, Dispatch, Flex, NdArray, TensorMetadata, backend_extension};
+use burn::backend::{Backend, Dispatch, Flex, TensorMetadata, backend_extension};
 use burn::nn::GroupNorm;
 use burn::tensor::{DType, Tensor};
 use rayon::prelude::*;
 
-use crate::cpu_tensor::{flex, nd};
+use crate::cpu_tensor::flex;
+#[cfg(not(target_arch = "wasm32"))]
+use crate::cpu_tensor::nd;
 use crate::gelu::{PORTABLE_FMA, cdf_and_density, madd};
 use crate::gelu::{VectorUnit, runs_on_cpu_backend, vector_unit};
 
@@ -144,7 +148,7 @@ pub(crate) fn cpu_affine_params(norm: &GroupNorm, channels: usize) -> Option<(Te
 
 /// The backend extension: the fused forward and its gradients on the CPU backends and on a wgpu
 /// device ([`wgsl`]), f32 only ([`group_norm_gelu`] checks the dtype and the device).
-#[backend_extension(Flex, NdArray, Cube, Fusion, Autodiff)]
+#[backend_extension(Flex, NdArray: cfg(not(target_arch = "wasm32")), Cube, Fusion, Autodiff)]
 pub trait FusedGroupNormGelu: Backend {
     /// `gelu(γ xhat + β)`. Shapes: `x` `[B, C, ...]`, `gamma` and `beta` `[C]` -> `x`'s.
     #[fusion(dtype = x, shape = x)]
@@ -205,6 +209,7 @@ impl FusedGroupNormGelu for Flex {
     }
 }
 
+#[cfg(not(target_arch = "wasm32"))]
 impl FusedGroupNormGelu for NdArray {
     fn fused_group_norm_gelu(
         x: FloatTensor<Self>,

@@ -289,6 +289,7 @@ fn matmul_pointwise(device: &Device) -> bool {
                 });
             }
             match device.clone().inner().as_dispatch() {
+                #[cfg(not(target_arch = "wasm32"))]
                 burn::backend::DispatchDevice::NdArray(_) => true,
                 burn::backend::DispatchDevice::Flex(_) => device.is_autodiff(),
                 _ => false,

@@ -402,7 +402,7 @@ fn signal_of(_status: &ExitStatus) -> Option<i32> {
 /// The command-line flags that select `choice` in a child `vramfit` process
 /// (`--device gpu [--adapter N]` or `--device cpu --cpu-backend flex|ndarray`).
 pub fn device_args(choice: crate::device::DeviceChoice) -> Vec<String> {
-    use crate::device::{CpuBackend, DeviceChoice};
+    use crate::device::DeviceChoice;
     match choice {
         DeviceChoice::Gpu(adapter) => {
             let mut args = vec!["--device".to_string(), "gpu".to_string()];
@@ -412,7 +412,7 @@ pub fn device_args(choice: crate::device::DeviceChoice) -> Vec<String> {
             args
         }
         DeviceChoice::Cpu(backend) => {
-            let name = if backend == CpuBackend::Ndarray { "ndarray" } else { "flex" };
+            let name = backend.name();
             vec!["--device".into(), "cpu".into(), "--cpu-backend".into(), name.into()]
         }
     }

@@ -68,6 +68,7 @@ impl VramfitApp {
             let mut backend = self.settings.cpu_backend;
             ui.horizontal(|ui| {
                 ui.radio_value(&mut backend, CpuBackend::Flex, "flex");
+                #[cfg(not(target_arch = "wasm32"))]
                 ui.radio_value(&mut backend, CpuBackend::Ndarray, "ndarray");
             });
             if backend != self.settings.cpu_backend {
