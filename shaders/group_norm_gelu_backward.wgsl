@@ -35,7 +35,7 @@ fn dp_terms(i: u32, c: u32, stats: vec2<f32>) -> vec2<f32> {
     return vec2<f32>(dp, dp * xhat);
 }
 
-@compute @workgroup_size(256, 1, 1)
+@compute @workgroup_size(WG, 1, 1)
 fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
     let g = this_group(wg, lid);
     if !g.live {

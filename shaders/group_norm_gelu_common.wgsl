@@ -6,9 +6,11 @@
 // Params (u32 words; f32 as bits): 0 batch B, 1 channels C, 2 groups G, 3 hw, 4 epsilon (f32),
 // 5 workgroups per row of the dispatch (the grid is 2-D past 65535 workgroups).
 
-const WG: u32 = 256u;
+// WG, the threads per workgroup (a power of two, 32 to 256), is a `const` the Rust side puts in
+// front of this file (src/group_norm_gelu/wgsl.rs: fewer on CPU adapters, where each barrier of
+// the tree sums costs a switch through every thread).
 
-var<workgroup> partial: array<vec2<f32>, 256>;
+var<workgroup> partial: array<vec2<f32>, WG>;
 // The group's layout, which every thread must agree on (loop bounds around barriers): set by
 // thread 0 from the params and read back with workgroupUniformLoad, which WGSL's uniformity
 // analysis accepts as uniform (a storage buffer read is not): (group index, cpg, hw, G, live).

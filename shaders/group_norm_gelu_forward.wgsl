@@ -14,7 +14,7 @@
 @group(0) @binding(3) var<storage, read_write> params: array<u32>;
 @group(0) @binding(4) var<storage, read_write> y: array<f32>;
 
-@compute @workgroup_size(256, 1, 1)
+@compute @workgroup_size(WG, 1, 1)
 fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
     let g = this_group(wg, lid);
     if !g.live {

@@ -23,8 +23,17 @@ use std::sync::LazyLock;
 
 use super::Groups;
 
-/// Threads per workgroup (`WG` in the WGSL); one workgroup per (sample, group).
-const WORKGROUP: u32 = 256;
+/// Threads per workgroup (`WG` in the WGSL) on a GPU; one workgroup per (sample, group).
+const GPU_WORKGROUP: u32 = 256;
+/// Threads per workgroup on a CPU adapter (lavapipe): its SIMD width (8 f32 lanes of 256 bits),
+/// so that a workgroup is one SIMD loop and the tree sums' barriers switch through no other
+/// threads. On lavapipe (`vramfit bench train -c quickstart --backends gpu --steps 5 --warmup 2`,
+/// 2 runs per size, 2026-12-03, AMD EPYC, 2 cores) training ran at 18.3-18.8 img/s with 256
+/// threads, 22.3 with 128, 21.6-22.8 with 64, 22.0-24.0 with 32, 24.1-25.3 with 16 and
+/// 25.0-26.3 with 8; inference at 79-81 img/s with 256 and 98-114 with 8.
+const CPU_WORKGROUP: u32 = 8;
+/// The workgroup sizes the kernels are built for: powers of two (the tree sums halve).
+pub const WORKGROUP_SIZES: [u32; 6] = [8, 16, 32, 64, 128, 256];
 /// The most workgroups in one dimension of a dispatch (WebGPU's and Vulkan's minimum limit).
 const MAX_GRID_ROW: usize = 65_535;
 
@@ -32,17 +41,52 @@ const COMMON: &str = include_str!("../../shaders/group_norm_gelu_common.wgsl");
 const FORWARD: &str = include_str!("../../shaders/group_norm_gelu_forward.wgsl");
 const BACKWARD: &str = include_str!("../../shaders/group_norm_gelu_backward.wgsl");
 
-/// The two kernels' sources: the common part, then each kernel's bindings and entry point.
-static SOURCES: LazyLock<[String; 2]> = LazyLock::new(|| [FORWARD, BACKWARD].map(|own| format!("{COMMON}\n{own}")));
+/// The kernels' sources per size of [`WORKGROUP_SIZES`], forward then backward: the `WG`
+/// constant, the common part, then each kernel's bindings and entry point.
+static SOURCES: LazyLock<Vec<[String; 2]>> = LazyLock::new(|| {
+    let source = |wg: u32, own: &str| format!("const WG: u32 = {wg}u;\n{COMMON}\n{own}");
+    WORKGROUP_SIZES.iter().map(|&wg| [source(wg, FORWARD), source(wg, BACKWARD)]).collect()
+});
 
-/// One of the two kernels.
+/// Threads per workgroup on `x`'s device: [`CPU_WORKGROUP`] on a software adapter (cubecl's
+/// device identity names no physical card: lavapipe, SwiftShader), [`GPU_WORKGROUP`] on a card,
+/// unless `VRAMFIT_GROUP_NORM_GELU_WORKGROUP` names one of [`WORKGROUP_SIZES`] (for
+/// measuring; any other value is ignored with a warning).
+fn workgroup_for(x: &CubeTensor) -> u32 {
+    if let Ok(value) = std::env::var("VRAMFIT_GROUP_NORM_GELU_WORKGROUP") {
+        match value.parse() {
+            Ok(wg) if WORKGROUP_SIZES.contains(&wg) => return wg,
+            _ => {
+                static WARNED: std::sync::Once = std::sync::Once::new();
+                WARNED.call_once(|| {
+                    tracing::warn!(
+                        "VRAMFIT_GROUP_NORM_GELU_WORKGROUP={value:?} ignored: use one of {WORKGROUP_SIZES:?} (or unset it)"
+                    );
+                });
+            }
+        }
+    }
+    match x.client.properties().identity.physical {
+        None => CPU_WORKGROUP,
+        Some(_) => GPU_WORKGROUP,
+    }
+}
+
+/// One of the two kernels, for one workgroup size.
 struct GroupNormGeluWgsl {
     backward: bool,
+    /// One of [`WORKGROUP_SIZES`].
+    workgroup: u32,
 }
 
 impl GroupNormGeluWgsl {
+    fn new(backward: bool, x: &CubeTensor) -> Self {
+        Self { backward, workgroup: workgroup_for(x) }
+    }
+
     fn source(&self) -> &'static str {
-        &SOURCES[usize::from(self.backward)]
+        let size = WORKGROUP_SIZES.iter().position(|&wg| wg == self.workgroup);
+        &SOURCES[size.expect("workgroup sizes come from WORKGROUP_SIZES")][usize::from(self.backward)]
     }
 }
 
@@ -66,7 +110,7 @@ impl KernelSource for GroupNormGeluWgsl {
 /// count fits the 2-D grid (the callers fall back to burn's ops otherwise).
 pub(super) fn fits(groups: &Groups) -> bool {
     let count = groups.batch * groups.groups;
-    !groups.is_empty() && groups.len() < (u32::MAX - WORKGROUP) as usize && count <= MAX_GRID_ROW * MAX_GRID_ROW
+    !groups.is_empty() && groups.len() < (u32::MAX - GPU_WORKGROUP) as usize && count <= MAX_GRID_ROW * MAX_GRID_ROW
 }
 
 /// The params words (`shaders/group_norm_gelu_common.wgsl`) and the dispatch grid.
@@ -99,14 +143,15 @@ fn launch(kernel: GroupNormGeluWgsl, groups: &Groups, inputs: &[&CubeTensor], ou
     let binding = |t: &&CubeTensor| t.handle.clone().binding();
     let buffers = inputs.iter().map(binding).chain([params.binding()]).chain(outputs.iter().map(binding));
     let arguments = KernelArguments::new().with_buffers(buffers.collect());
-    client.launch(Box::new(SourceKernel::new(kernel, CubeDim::new_1d(WORKGROUP))), grid, arguments);
+    let wg = kernel.workgroup;
+    client.launch(Box::new(SourceKernel::new(kernel, CubeDim::new_1d(wg))), grid, arguments);
 }
 
 /// `gelu(γ xhat + β)` for a `[B, C, ...]` f32 tensor; `gamma`, `beta` `[C]`.
 pub(super) fn forward(x: CubeTensor, gamma: CubeTensor, beta: CubeTensor, groups: &Groups) -> CubeTensor {
     let [x, gamma, beta] = [x, gamma, beta].map(into_contiguous);
     let y = empty_like(&x, x.shape());
-    launch(GroupNormGeluWgsl { backward: false }, groups, &[&x, &gamma, &beta], &[&y]);
+    launch(GroupNormGeluWgsl::new(false, &x), groups, &[&x, &gamma, &beta], &[&y]);
     y
 }
 
@@ -122,7 +167,7 @@ pub(super) fn backward(
     let dx = empty_like(&x, x.shape());
     let per_sample = Shape::new([groups.batch, groups.channels]);
     let (dgamma, dbeta) = (empty_like(&x, per_sample.clone()), empty_like(&x, per_sample));
-    launch(GroupNormGeluWgsl { backward: true }, groups, &[&x, &gamma, &beta, &grad], &[&dx, &dgamma, &dbeta]);
+    launch(GroupNormGeluWgsl::new(true, &x), groups, &[&x, &gamma, &beta, &grad], &[&dx, &dgamma, &dbeta]);
     let over_batch = |t: CubeTensor| -> FloatTensor<CubeBackend> {
         CubeBackend::float_reshape(CubeBackend::float_sum_dim(t, 0), Shape::new([groups.channels]))
     };

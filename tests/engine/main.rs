@@ -81,20 +81,27 @@ fn in_own_process(test_path: &str) -> bool {
     if std::env::var_os("VRAMFIT_TEST_CHILD").is_some() {
         return false;
     }
+    run_in_child(test_path, &[]);
+    true
+}
+
+/// Runs the test `test_path` alone in a child process of this test binary with `envs` set,
+/// and asserts that it ran and passed.
+fn run_in_child(test_path: &str, envs: &[(&str, &str)]) {
     let out = std::process::Command::new(std::env::current_exe().unwrap())
         // --include-ignored: an ignored test run on purpose (`-- --ignored NAME`) runs in the child too.
         .args(["--exact", test_path, "--include-ignored", "--nocapture", "--test-threads", "1"])
         .env("VRAMFIT_TEST_CHILD", "1")
+        .envs(envs.iter().copied())
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success(),
-        "{test_path} in its own process:\n{stdout}\n{}",
+        "{test_path} in its own process ({envs:?}):\n{stdout}\n{}",
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(stdout.contains("1 passed"), "{test_path} did not run in its own process:\n{stdout}");
-    true
 }
 
 fn quickstart() -> Config {
