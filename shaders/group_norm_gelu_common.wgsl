@@ -6,7 +6,7 @@
 // Params (u32 words; f32 as bits): 0 batch B, 1 channels C, 2 groups G, 3 hw, 4 epsilon (f32),
 // 5 workgroups per row of the dispatch (the grid is 2-D past 65535 workgroups).
 
-// WG, the threads per workgroup (a power of two, 32 to 256), is a `const` the Rust side puts in
+// WG, the threads per workgroup (a power of two, 8 to 256), is a `const` the Rust side puts in
 // front of this file (src/group_norm_gelu/wgsl.rs: fewer on CPU adapters, where each barrier of
 // the tree sums costs a switch through every thread).
 

@@ -107,17 +107,12 @@ fn takes_fused_kernel(x: &Tensor<4>, norm: &GroupNorm) -> bool {
 /// (burn's ops everywhere, for measuring). Any value other than `burn` or `fused` is ignored
 /// with a warning.
 fn fused_kernels_enabled() -> bool {
-    match std::env::var("VRAMFIT_GROUP_NORM_GELU").as_deref() {
-        Ok("burn") => false,
-        Ok("fused") | Err(_) => true,
-        Ok(value) => {
-            static WARNED: std::sync::Once = std::sync::Once::new();
-            WARNED.call_once(|| {
-                tracing::warn!("VRAMFIT_GROUP_NORM_GELU={value:?} ignored: use burn or fused (or unset it)");
-            });
-            true
-        }
-    }
+    let fused = crate::measuring_switch::measuring_switch("VRAMFIT_GROUP_NORM_GELU", "burn or fused", |v| match v {
+        "burn" => Some(false),
+        "fused" => Some(true),
+        _ => None,
+    });
+    fused.unwrap_or(true)
 }
 
 /// Whether f32 GroupNorm + GELU on a wgpu device compiling WGSL runs the WGSL kernels in this

@@ -35,6 +35,7 @@ pub mod image_io;
 pub mod infer;
 pub mod loader;
 pub mod loader_bench;
+pub mod measuring_switch;
 pub mod memory;
 pub mod memory_bench;
 pub mod metadata;

@@ -278,24 +278,17 @@ impl ConvNormAct {
 /// `VRAMFIT_POINTWISE=matmul` or `=conv` forces one form on every device, for measuring.
 /// Any other value is ignored with a warning naming the two.
 fn matmul_pointwise(device: &Device) -> bool {
-    match std::env::var("VRAMFIT_POINTWISE").as_deref() {
-        Ok("matmul") => true,
-        Ok("conv") => false,
-        other => {
-            if let Ok(value) = other {
-                static WARNED: std::sync::Once = std::sync::Once::new();
-                WARNED.call_once(|| {
-                    tracing::warn!("VRAMFIT_POINTWISE={value:?} ignored: use matmul or conv (or unset it)");
-                });
-            }
-            match device.clone().inner().as_dispatch() {
-                #[cfg(not(target_arch = "wasm32"))]
-                burn::backend::DispatchDevice::NdArray(_) => true,
-                burn::backend::DispatchDevice::Flex(_) => device.is_autodiff(),
-                _ => false,
-            }
-        }
-    }
+    let forced = crate::measuring_switch::measuring_switch("VRAMFIT_POINTWISE", "matmul or conv", |v| match v {
+        "matmul" => Some(true),
+        "conv" => Some(false),
+        _ => None,
+    });
+    forced.unwrap_or_else(|| match device.clone().inner().as_dispatch() {
+        #[cfg(not(target_arch = "wasm32"))]
+        burn::backend::DispatchDevice::NdArray(_) => true,
+        burn::backend::DispatchDevice::Flex(_) => device.is_autodiff(),
+        _ => false,
+    })
 }
 
 /// A 1x1, stride-1, ungrouped convolution without bias as one batched matrix product:

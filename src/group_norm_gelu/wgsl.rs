@@ -33,7 +33,7 @@ const GPU_WORKGROUP: u32 = 256;
 /// 25.0-26.3 with 8; inference at 79-81 img/s with 256 and 98-114 with 8.
 const CPU_WORKGROUP: u32 = 8;
 /// The workgroup sizes the kernels are built for: powers of two (the tree sums halve).
-pub const WORKGROUP_SIZES: [u32; 6] = [8, 16, 32, 64, 128, 256];
+const WORKGROUP_SIZES: [u32; 6] = [8, 16, 32, 64, 128, 256];
 /// The most workgroups in one dimension of a dispatch (WebGPU's and Vulkan's minimum limit).
 const MAX_GRID_ROW: usize = 65_535;
 
@@ -53,18 +53,12 @@ static SOURCES: LazyLock<Vec<[String; 2]>> = LazyLock::new(|| {
 /// unless `VRAMFIT_GROUP_NORM_GELU_WORKGROUP` names one of [`WORKGROUP_SIZES`] (for
 /// measuring; any other value is ignored with a warning).
 fn workgroup_for(x: &CubeTensor) -> u32 {
-    if let Ok(value) = std::env::var("VRAMFIT_GROUP_NORM_GELU_WORKGROUP") {
-        match value.parse() {
-            Ok(wg) if WORKGROUP_SIZES.contains(&wg) => return wg,
-            _ => {
-                static WARNED: std::sync::Once = std::sync::Once::new();
-                WARNED.call_once(|| {
-                    tracing::warn!(
-                        "VRAMFIT_GROUP_NORM_GELU_WORKGROUP={value:?} ignored: use one of {WORKGROUP_SIZES:?} (or unset it)"
-                    );
-                });
-            }
-        }
+    let choices = format!("one of {WORKGROUP_SIZES:?}");
+    let forced = crate::measuring_switch::measuring_switch("VRAMFIT_GROUP_NORM_GELU_WORKGROUP", &choices, |v| {
+        v.parse().ok().filter(|wg| WORKGROUP_SIZES.contains(wg))
+    });
+    if let Some(wg) = forced {
+        return wg;
     }
     match x.client.properties().identity.physical {
         None => CPU_WORKGROUP,
