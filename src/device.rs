@@ -294,3 +294,42 @@ pub fn select(choice: DeviceChoice) -> Result<SelectedDevice> {
 fn cpu(backend: CpuBackend, note: Option<String>) -> SelectedDevice {
     SelectedDevice { device: backend.device(), name: format!("CPU (burn {})", backend.name()), adapter: None, note }
 }
+
+/// Runs `task` with every device allocation it makes on this thread's stream outside
+/// cubecl's pools (each its own device buffer, returned to the driver once freed), and waits
+/// for the work it queued before the window closes; on a CPU backend it runs `task` as is.
+///
+/// For a run's first step, whose buffers (cubecl's autotuner's candidates among
+/// them) would otherwise size the pools' pages for the rest of the run: cubecl 0.11's
+/// adaptive pool carves pages sized to the largest allocation it has served, and the size
+/// never shrinks (`PageSizing::fit`, cubecl-server's `dynamic/arena.rs`), so a cold autotune
+/// left batch 8 at 64 px, f32, reserving 40.3 MB in steady steps against 34.1 MB with the
+/// autotune cache warm (`vramfit bench memory --grid tiny --fresh`, lavapipe, 2026-12-04),
+/// over the plan's 39.7 MB. cubecl's `memory_dedicated_allocation` exists for this: buffers
+/// that "stay out of the pools' reservations and out of the statistics an adaptive pool sizes
+/// its pages from".
+///
+/// In a browser it runs `task` as is: the wait would be a synchronous `sync`, which a browser
+/// refuses, and the web build has no autotuner.
+///
+/// # Errors
+/// The device's error, on one line, when waiting for `task`'s work fails (`task`'s own result
+/// is then dropped).
+pub fn outside_the_pools<T: Send>(device: &Device, task: impl FnOnce() -> T + Send) -> std::result::Result<T, String> {
+    #[cfg(target_arch = "wasm32")]
+    {
+        let _ = device;
+        Ok(task())
+    }
+    #[cfg(not(target_arch = "wasm32"))]
+    {
+        let burn::backend::DispatchDevice::Cube(cube) = device.clone().inner().as_dispatch().clone() else {
+            return Ok(task());
+        };
+        cube.client().memory_dedicated_allocation(device, |device| {
+            let result = task();
+            device.sync().map_err(|e| crate::error::one_line_cause(&format!("{e:?}")))?;
+            Ok(result)
+        })
+    }
+}

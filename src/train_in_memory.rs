@@ -270,7 +270,15 @@ impl Run<'_> {
                 }
             }
             let step_start = Instant::now();
-            let stats = self.trainer.step_async(&step_batches, false, sink).await.map_err(|e| match e {
+            // The first step natively runs outside the GPU pools, as the run-folder loop
+            // does (its autotuner's buffers would size the pages); a browser has no autotuner
+            // and cannot wait synchronously.
+            let stats = if step == 0 && !cfg!(target_arch = "wasm32") {
+                self.trainer.step_outside_the_pools(&step_batches, false, sink)
+            } else {
+                self.trainer.step_async(&step_batches, false, sink).await
+            };
+            let stats = stats.map_err(|e| match e {
                 StepError::Device(m) => Error::Device(m),
                 StepError::Fatal(e) => e,
             })?;

@@ -191,6 +191,28 @@ impl Trainer {
         checkpoint::save(run_dir, self.model(), &opt, &self.state, self.config.train.keep_checkpoints)
     }
 
+    /// [`Self::step`] for a run's first step on a GPU: its allocations stay out of
+    /// cubecl's pools ([`crate::device::outside_the_pools`]), so its autotuner's buffers do
+    /// not size the pages the run's steady steps get; the step's events reach `sink` after it.
+    /// Its long-lived outputs (parameters, AdamW moments) are freed by the next step, which
+    /// makes its own in the pools.
+    pub(crate) fn step_outside_the_pools(
+        &mut self,
+        batches: &[Batch],
+        sample_memory: bool,
+        sink: EventSink,
+    ) -> std::result::Result<StepStats, StepError> {
+        let device = self.device.clone();
+        let mut events = Vec::new();
+        let result = crate::device::outside_the_pools(&device, || {
+            self.step(batches, sample_memory, &mut |e: Event| events.push(e))
+        });
+        for e in events {
+            sink(e);
+        }
+        result.map_err(StepError::Device)?
+    }
+
     /// [`Self::step_async`] driven to completion on the calling thread (the engine thread), which
     /// sleeps until the device's read wakes it.
     pub(crate) fn step(
@@ -572,8 +594,9 @@ pub struct StepMemory {
 }
 
 /// Memory of `steps` optimizer steps after one first step, as a training run sees it: the
-/// first step (which autotunes kernels at a new shape and allocates for that) is run with a
-/// probe reading its peak reservation, and the pools' free pages are handed back
+/// first step (which autotunes kernels at a new shape and allocates for that) is run outside
+/// the pools ([`Trainer::step_outside_the_pools`]) with a probe reading its peak reservation, and
+/// the pools' free pages are handed back
 /// ([`burn::tensor::Device::memory_cleanup`], as the training loop does after its first step);
 /// then a [`crate::memory::MemoryProbe`] reads the device from its own thread during the
 /// steady steps.
@@ -589,7 +612,12 @@ pub fn measure_step_memory(
     let interval = std::time::Duration::from_millis(1);
     let (mut trainer, batches) = bench_trainer(config, device, num_classes, 1 + steps);
     let first = crate::memory::MemoryProbe::start(&device.device, interval);
-    bench_step(&mut trainer, &batches, false)?;
+    let mut sink = |_e: Event| {};
+    match trainer.step_outside_the_pools(&batches, false, &mut sink) {
+        Ok(_) => {}
+        Err(StepError::Fatal(e)) => return Err(e),
+        Err(StepError::Device(m)) => return Err(Error::Device(m)),
+    }
     let first_step_reserved_bytes = first.map_or(0, |p| p.finish().bytes_reserved);
     device.device.memory_cleanup();
     trainer.tracker = MemoryTracker::default();

@@ -149,7 +149,15 @@ impl Run<'_> {
             self.trainer.memory_cap = Some(self.budget());
         }
         loop {
-            match self.trainer.step(pending, sample_now, sink) {
+            // The run's first step (not the first after a halving, whose pages would come on
+            // top of the pool pages the live tensors of the earlier steps hold, over the cap
+            // that halved it) runs outside the pools: see `Trainer::step_outside_the_pools`.
+            let step = if self.new_shape && self.images_trained == 0 && self.device.is_gpu() {
+                self.trainer.step_outside_the_pools(pending, sample_now, sink)
+            } else {
+                self.trainer.step(pending, sample_now, sink)
+            };
+            match step {
                 Ok(s) => return Ok(s),
                 Err(StepError::Fatal(e)) => return Err(e),
                 Err(StepError::Device(msg)) => {
