@@ -194,8 +194,13 @@ impl Trainer {
     /// [`Self::step`] for a run's first step on a GPU: its allocations stay out of
     /// cubecl's pools ([`crate::device::outside_the_pools`]), so its autotuner's buffers do
     /// not size the pages the run's steady steps get; the step's events reach `sink` after it.
-    /// Its long-lived outputs (parameters, AdamW moments) are freed by the next step, which
-    /// makes its own in the pools.
+    /// Its long-lived outputs (parameters, AdamW moments) are in buffers of their own; the
+    /// next steps either replace them with tensors in the pools or (where burn's fusion updates
+    /// a tensor in place) keep them, exact-fit; which, was not checked: the reserved bytes
+    /// measured count both.
+    ///
+    /// A device error while waiting for the step's work is fatal, not a refusal to retry at
+    /// half: the step may already be applied.
     pub(crate) fn step_outside_the_pools(
         &mut self,
         batches: &[Batch],
@@ -210,7 +215,7 @@ impl Trainer {
         for e in events {
             sink(e);
         }
-        result.map_err(StepError::Device)?
+        result.map_err(|m| StepError::Fatal(Error::Device(m)))?
     }
 
     /// [`Self::step_async`] driven to completion on the calling thread (the engine thread), which

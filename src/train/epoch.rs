@@ -149,9 +149,10 @@ impl Run<'_> {
             self.trainer.memory_cap = Some(self.budget());
         }
         loop {
-            // The run's first step (not the first after a halving, whose pages would come on
-            // top of the pool pages the live tensors of the earlier steps hold, over the cap
-            // that halved it) runs outside the pools: see `Trainer::step_outside_the_pools`.
+            // The run's first step, and its retries at half, run outside the pools (see
+            // `Trainer::step_outside_the_pools`); once a step has trained, a halving's retry
+            // stays in them: its buffers would come on top of the pool pages the live tensors
+            // of the earlier steps hold, over the cap that halved it.
             let step = if self.new_shape && self.images_trained == 0 && self.device.is_gpu() {
                 self.trainer.step_outside_the_pools(pending, sample_now, sink)
             } else {

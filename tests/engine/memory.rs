@@ -190,3 +190,35 @@ fn card_of(budget: u64) {
         }
     }
 }
+
+/// `device::outside_the_pools` keeps a step's allocations out of cubecl's pools, and a panic
+/// inside it closes that window: a tensor made after the panic lands in the pools' pages again.
+#[test]
+fn outside_the_pools_allocates_no_pool_page_and_a_panic_closes_the_window() {
+    let Some(selected) = gpu() else { return };
+    if in_own_process("memory::outside_the_pools_allocates_no_pool_page_and_a_panic_closes_the_window") {
+        return;
+    }
+    let device = selected.device;
+    // Pages of the pools that carve pages (the small-allocation pool and the sized ones).
+    let pages = |device: &burn::tensor::Device| -> usize {
+        device.memory_pool_report().unwrap().iter().map(|p| p.pages as usize).sum()
+    };
+    let make = |device: &burn::tensor::Device| {
+        let t = burn::tensor::Tensor::<1>::ones([1 << 20], device); // 4 MiB
+        device.sync().unwrap();
+        t
+    };
+    let before = pages(&device);
+    let inside = device::outside_the_pools(&device, || make(&device)).unwrap();
+    assert_eq!(pages(&device), before, "a 4 MiB tensor made in the window took a pool page");
+    let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        device::outside_the_pools(&device, || -> () { panic!("inside the window") })
+    }));
+    assert!(panicked.is_err());
+    let after = make(&device);
+    assert!(pages(&device) > before, "after the panic a 4 MiB tensor still took no pool page");
+    // Both hold their values wherever they live.
+    let sum = |t: burn::tensor::Tensor<1>| t.sum().into_scalar::<f32>();
+    assert_eq!((sum(inside), sum(after)), ((1 << 20) as f32, (1 << 20) as f32));
+}
