@@ -300,15 +300,15 @@ fn cpu(backend: CpuBackend, note: Option<String>) -> SelectedDevice {
 /// for the work it queued before the window closes; on a CPU backend it runs `task` as is. A
 /// panic in `task` closes the window and then continues.
 ///
-/// For a run's first step, whose buffers (cubecl's autotuner's candidates among
-/// them) would otherwise size the pools' pages for the rest of the run: cubecl 0.11's
-/// adaptive pool carves pages sized to the largest allocation it has served, and the size
-/// never shrinks (`PageSizing::fit`, cubecl-server's `dynamic/arena.rs`), so a cold autotune
-/// left batch 8 at 64 px, f32, reserving 40.3 MB in steady steps against 34.1 MB with the
-/// autotune cache warm (`vramfit bench memory --grid tiny --fresh`, lavapipe, 2026-12-04),
-/// over the plan's 39.7 MB; with the first step in this window, 31.0 MB cold and 31.1 warm. cubecl's `memory_dedicated_allocation` exists for this: buffers
-/// that "stay out of the pools' reservations and out of the statistics an adaptive pool sizes
-/// its pages from".
+/// For a run's first step, whose buffers (cubecl's autotuner's candidates among them) would
+/// otherwise size the pools' pages for the rest of the run: cubecl 0.11's adaptive pool
+/// carves pages sized to the largest allocation it has served, and the size never shrinks
+/// (`PageSizing::fit`, cubecl-server's `dynamic/arena.rs`), so a cold autotune left batch 8
+/// at 64 px, f32, reserving 40.3 MB in steady steps against 34.1 MB with the autotune cache
+/// warm (`vramfit bench memory --grid tiny --fresh`, lavapipe, 2026-12-04), over the plan's
+/// 39.7 MB; with the first step in this window, 31.0 MB cold and 31.1 warm. cubecl's
+/// `memory_dedicated_allocation` exists for this: buffers that "stay out of the pools'
+/// reservations and out of the statistics an adaptive pool sizes its pages from".
 ///
 /// In a browser it runs `task` as is: the wait would be a synchronous `sync`, which a browser
 /// refuses, and the web build has no autotuner.

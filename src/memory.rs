@@ -56,10 +56,10 @@
 //! A run's first step therefore runs outside the pools ([`crate::device::outside_the_pools`]:
 //! cubecl sizes pages to the largest allocation it has served and never shrinks them, so the
 //! autotuner's buffers would otherwise set the page size for the whole run: 40.3 MB reserved
-//! in steady steps after a cold autotune against 34.1 MB warm, batch 8 at 64 px, f32, lavapipe;
-//! 31.0 MB cold and 31.1 MB warm with the first step outside), and the loop hands the pools' free pages back
-//! after it (`memory_cleanup`), so the run holds the steady state the plan predicts; `bench memory`
-//! reports the first step's peak apart, and a capped run (`memory.cap_to_budget`) retries a
+//! in steady steps after a cold autotune against 34.1 MB warm, batch 8 at 64 px, f32,
+//! lavapipe; 31.0 MB cold and 31.1 MB warm with the first step outside), and the loop hands
+//! the pools' free pages back after it (`memory_cleanup`), so the run holds the steady state
+//! the plan predicts; `bench memory` reports the first step's peak apart, and a capped run (`memory.cap_to_budget`) retries a
 //! first step over the budget at half.
 //!
 //! Saved bytes per output element of a conv -> GroupNorm -> activation layer (`s` below) are what

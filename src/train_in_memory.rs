@@ -29,7 +29,7 @@ use crate::export::{ModelMetadata, TrainingInfo};
 use crate::loader::{self, Pass, SamplePipeline};
 use crate::memory;
 use crate::model::Classifier;
-use crate::trainer::{StepError, Trainer};
+use crate::trainer::Trainer;
 
 /// What [`train_in_memory`] trains.
 #[derive(Clone, Debug)]
@@ -278,10 +278,7 @@ impl Run<'_> {
             } else {
                 self.trainer.step_async(&step_batches, false, sink).await
             };
-            let stats = stats.map_err(|e| match e {
-                StepError::Device(m) => Error::Device(m),
-                StepError::Fatal(e) => e,
-            })?;
+            let stats = stats?;
             if !stats.applied || stats.images == 0 {
                 continue;
             }

@@ -42,6 +42,17 @@ pub(crate) enum StepError {
     Fatal(Error),
 }
 
+impl From<StepError> for Error {
+    /// Where no retry follows (benchmarks, the in-memory loop): a device refusal is an
+    /// [`Error::Device`].
+    fn from(e: StepError) -> Self {
+        match e {
+            StepError::Device(m) => Error::Device(m),
+            StepError::Fatal(e) => e,
+        }
+    }
+}
+
 impl StepError {
     /// A device failure from a runtime error, kept to one line ([`crate::error::one_line_cause`]).
     fn device(cause: &impl std::fmt::Debug) -> Self {
@@ -501,11 +512,7 @@ pub fn overfit_check(
     let mut perfect_steps = 0;
     while done < steps {
         let batch = &batches[done % n_batches];
-        let stats = match trainer.step(std::slice::from_ref(batch), false, sink) {
-            Ok(s) => s,
-            Err(StepError::Fatal(e)) => return Err(e),
-            Err(StepError::Device(m)) => return Err(Error::Device(m)),
-        };
+        let stats = trainer.step(std::slice::from_ref(batch), false, sink)?;
         if stats.applied {
             trainer.state.global_step += 1;
         }
@@ -617,12 +624,7 @@ pub fn measure_step_memory(
     let interval = std::time::Duration::from_millis(1);
     let (mut trainer, batches) = bench_trainer(config, device, num_classes, 1 + steps);
     let first = crate::memory::MemoryProbe::start(&device.device, interval);
-    let mut sink = |_e: Event| {};
-    match trainer.step_outside_the_pools(&batches, false, &mut sink) {
-        Ok(_) => {}
-        Err(StepError::Fatal(e)) => return Err(e),
-        Err(StepError::Device(m)) => return Err(Error::Device(m)),
-    }
+    trainer.step_outside_the_pools(&batches, false, &mut |_e: Event| {})?;
     let first_step_reserved_bytes = first.map_or(0, |p| p.finish().bytes_reserved);
     device.device.memory_cleanup();
     trainer.tracker = MemoryTracker::default();
@@ -664,12 +666,7 @@ fn bench_trainer(
 
 /// One optimizer step of a benchmark; returns the images it trained on.
 fn bench_step(trainer: &mut Trainer, batches: &[Batch], sample_memory: bool) -> Result<usize> {
-    let mut sink = |_e: Event| {};
-    match trainer.step(batches, sample_memory, &mut sink) {
-        Ok(s) => Ok(s.images),
-        Err(StepError::Fatal(e)) => Err(e),
-        Err(StepError::Device(m)) => Err(Error::Device(m)),
-    }
+    Ok(trainer.step(batches, sample_memory, &mut |_e: Event| {})?.images)
 }
 
 /// A batch of `config.train.batch_size` random normalized images with labels `i % classes`.

@@ -153,7 +153,7 @@ impl Run<'_> {
             // `Trainer::step_outside_the_pools`); once a step has trained, a halving's retry
             // stays in them: its buffers would come on top of the pool pages the live tensors
             // of the earlier steps hold, over the cap that halved it.
-            let step = if self.new_shape && self.images_trained == 0 && self.device.is_gpu() {
+            let step = if self.images_trained == 0 && self.device.is_gpu() {
                 self.trainer.step_outside_the_pools(pending, sample_now, sink)
             } else {
                 self.trainer.step(pending, sample_now, sink)
