@@ -1,4 +1,5 @@
-//! Depthwise 3x3 convolution (padding 1, stride 1 or 2) on the CPU backends, forward and backward.
+//! Depthwise 3x3 convolution (padding 1, stride 1 or 2) on the CPU backends and on a wgpu device,
+//! forward and backward.
 //!
 //! The network's depthwise layers run on small planes (14x14, 7x7 and 4x4 on the 28 px
 //! quickstart), and burn flex's depthwise path walks each plane row by row, kernel position by
@@ -23,8 +24,9 @@
 //! both gradients against burn's `conv2d` with `groups = C` on both CPU backends, strides 1 and 2,
 //! odd and even sizes, with and without checkpointing.
 //!
-//! GPU devices, other dtypes and other convolutions take burn's `conv2d`: [`depthwise_conv3x3`]
-//! decides.
+//! On a wgpu device the same convolution and gradients run as vramfit's WGSL kernels ([`wgsl`]);
+//! other devices, other dtypes and other convolutions take burn's `conv2d`:
+//! [`depthwise_conv3x3`] decides.
 // burn-ndarray is deprecated upstream, but it is the CPU fallback users asked for.
 #![allow(deprecated)]
 
@@ -37,7 +39,8 @@ use burn::backend::autodiff::grads::Gradients;
 use burn::backend::autodiff::ops::{Backward, Ops, OpsKind};
 use burn::backend::autodiff::{Autodiff, NodeId};
 use burn::backend::tensor::FloatTensor;
-use burn::backend::{Backend, Dispatch, Flex, backend_extension};
+use burn::backend::wgpu::CubeBackend;
+use burn::backend::{Backend, Dispatch, Flex, TensorMetadata, backend_extension};
 use burn::nn::GroupNorm;
 use burn::tensor::ops::ConvOptions;
 use burn::tensor::{DType, Tensor};
@@ -49,29 +52,29 @@ use crate::cpu_tensor::nd;
 use crate::gelu::{PORTABLE_FMA, VectorUnit, madd, runs_on_cpu_backend, vector_unit};
 use crate::group_norm_gelu::{Groups, cpu_affine_params, forward_group_in_place, group_norm_gelu};
 
+mod wgsl;
+
 /// Depthwise 3x3 convolution without bias, padding 1, stride `stride` in both directions.
 ///
 /// # Shapes
 /// `x` `[B, C, H, W]`, `weight` `[C, 1, 3, 3]` ->
 /// `[B, C, (H - 1) / stride + 1, (W - 1) / stride + 1]`, same dtype and device.
 ///
-/// f32 tensors on a CPU backend (flex, ndarray, or autodiff over either) with stride 1 or 2 take
-/// the kernels here; anything else takes burn's `conv2d` with `groups = C`.
+/// f32 tensors with stride 1 or 2 on a CPU backend (flex, ndarray, or autodiff over either) take
+/// the CPU kernels here, and on a wgpu device compiling WGSL (native builds) the WGSL kernels
+/// ([`wgsl`]); anything else, and every device with `VRAMFIT_DEPTHWISE=burn`, takes burn's
+/// `conv2d` with `groups = C`.
 pub fn depthwise_conv3x3(x: Tensor<4>, weight: Tensor<4>, stride: usize) -> Tensor<4> {
-    if !takes_cpu_kernel(&x, &weight, stride) {
+    if !takes_own_kernel(&x, &weight, stride) {
         let options = ConvOptions::new([stride, stride], [1, 1], [1, 1], x.dims()[1]);
         return burn::tensor::module::conv2d(x, weight, None, options);
     }
-    Tensor::from_dispatch(<Dispatch as CpuDepthwise>::cpu_depthwise3x3(
-        x.into_dispatch(),
-        weight.into_dispatch(),
-        stride,
-    ))
+    Tensor::from_dispatch(<Dispatch as Depthwise3x3>::depthwise3x3(x.into_dispatch(), weight.into_dispatch(), stride))
 }
 
-/// Whether [`depthwise_conv3x3`] takes the kernels here: f32 `x` (`[B, C, H, W]`, not empty) and
-/// `weight` (`[C, 1, 3, 3]`) on a CPU backend, stride 1 or 2.
-fn takes_cpu_kernel(x: &Tensor<4>, weight: &Tensor<4>, stride: usize) -> bool {
+/// Whether `x` (`[B, C, H, W]`, not empty) and `weight` (`[C, 1, 3, 3]`) are f32 and `stride`
+/// is 1 or 2: the shapes and types vramfit's kernels take, on any device.
+fn has_kernel_shape(x: &Tensor<4>, weight: &Tensor<4>, stride: usize) -> bool {
     let [_, c, h, w] = x.dims();
     x.dtype() == DType::F32
         && h > 0
@@ -79,7 +82,44 @@ fn takes_cpu_kernel(x: &Tensor<4>, weight: &Tensor<4>, stride: usize) -> bool {
         && weight.dtype() == DType::F32
         && (stride == 1 || stride == 2)
         && weight.dims() == [c, 1, 3, 3]
-        && runs_on_cpu_backend(&x.device())
+}
+
+/// Whether [`depthwise_conv3x3`] takes the CPU kernels: [`has_kernel_shape`] on a CPU backend.
+fn takes_cpu_kernel(x: &Tensor<4>, weight: &Tensor<4>, stride: usize) -> bool {
+    has_kernel_shape(x, weight, stride) && runs_on_cpu_backend(&x.device())
+}
+
+/// Whether [`depthwise_conv3x3`] takes vramfit's kernels: the CPU kernels
+/// ([`takes_cpu_kernel`]), or [`has_kernel_shape`] on a wgpu device compiling WGSL in a native
+/// build where the sizes fit [`wgsl::fits`]; neither with `VRAMFIT_DEPTHWISE=burn`.
+fn takes_own_kernel(x: &Tensor<4>, weight: &Tensor<4>, stride: usize) -> bool {
+    if !own_kernels_enabled() {
+        return false;
+    }
+    takes_cpu_kernel(x, weight, stride)
+        || (runs_own_kernel_on_gpu()
+            && has_kernel_shape(x, weight, stride)
+            && crate::device_augment::runs_wgsl(&x.device())
+            && wgsl::fits(&Geometry::of(&x.dims(), stride)))
+}
+
+/// Whether vramfit's kernels may run at all: `false` only with `VRAMFIT_DEPTHWISE=burn` (burn's
+/// `conv2d` everywhere, for measuring). Any value other than `burn` or `own` is ignored with a
+/// warning.
+fn own_kernels_enabled() -> bool {
+    let own = crate::measuring_switch::measuring_switch("VRAMFIT_DEPTHWISE", "burn or own", |v| match v {
+        "burn" => Some(false),
+        "own" => Some(true),
+        _ => None,
+    });
+    own.unwrap_or(true)
+}
+
+/// Whether f32 depthwise convolutions on a wgpu device compiling WGSL run the WGSL kernels in
+/// this build: native builds, unless `VRAMFIT_DEPTHWISE=burn`. The browser build keeps burn's
+/// `conv2d` (as it keeps burn's GroupNorm: not yet checked on Chromium's WGSL compiler).
+pub fn runs_own_kernel_on_gpu() -> bool {
+    !cfg!(target_family = "wasm") && own_kernels_enabled()
 }
 
 /// `gelu(group_norm(depthwise_conv3x3(x, weight, stride)))`, `norm`'s groups, epsilon and
@@ -175,13 +215,16 @@ impl CpuDepthwiseGroupNormGelu for NdArray {
     }
 }
 
-/// The backend extension (f32 only; [`depthwise_conv3x3`] checks dtype, stride and shapes).
-#[backend_extension(Flex, NdArray: cfg(not(target_arch = "wasm32")), Autodiff)]
-pub trait CpuDepthwise: Backend {
+/// The backend extension: the CPU kernels here on flex and ndarray, the WGSL kernels ([`wgsl`])
+/// on a wgpu device (f32 only; [`depthwise_conv3x3`] checks dtype, stride, shapes and device).
+#[backend_extension(Flex, NdArray: cfg(not(target_arch = "wasm32")), Cube, Fusion, Autodiff)]
+pub trait Depthwise3x3: Backend {
     /// The convolution. Shapes: `x` `[B, C, H, W]`, `weight` `[C, 1, 3, 3]` -> `[B, C, H', W']`.
-    fn cpu_depthwise3x3(x: FloatTensor<Self>, weight: FloatTensor<Self>, stride: usize) -> FloatTensor<Self>;
+    #[fusion(dtype = x, shape = burn::tensor::Shape::new(Geometry::of(x, *stride).out_dims()))]
+    fn depthwise3x3(x: FloatTensor<Self>, weight: FloatTensor<Self>, stride: usize) -> FloatTensor<Self>;
     /// `(dx, dweight)` for the output gradient `grad` (`[B, C, H', W']`).
-    fn cpu_depthwise3x3_backward(
+    #[fusion(meta = |x, weight, _grad, _stride| (x.clone(), weight.clone()))]
+    fn depthwise3x3_backward(
         x: FloatTensor<Self>,
         weight: FloatTensor<Self>,
         grad: FloatTensor<Self>,
@@ -189,14 +232,14 @@ pub trait CpuDepthwise: Backend {
     ) -> (FloatTensor<Self>, FloatTensor<Self>);
 }
 
-impl CpuDepthwise for Flex {
-    fn cpu_depthwise3x3(x: FloatTensor<Self>, weight: FloatTensor<Self>, stride: usize) -> FloatTensor<Self> {
+impl Depthwise3x3 for Flex {
+    fn depthwise3x3(x: FloatTensor<Self>, weight: FloatTensor<Self>, stride: usize) -> FloatTensor<Self> {
         let [x, weight] = [&x, &weight].map(flex::contiguous);
         let geom = Geometry::of(flex::dims(&x), stride);
         flex::tensor_of_shape(forward(&geom, flex::f32s(&x), flex::f32s(&weight)), geom.out_dims().to_vec())
     }
 
-    fn cpu_depthwise3x3_backward(
+    fn depthwise3x3_backward(
         x: FloatTensor<Self>,
         weight: FloatTensor<Self>,
         grad: FloatTensor<Self>,
@@ -210,14 +253,14 @@ impl CpuDepthwise for Flex {
 }
 
 #[cfg(not(target_arch = "wasm32"))]
-impl CpuDepthwise for NdArray {
-    fn cpu_depthwise3x3(x: FloatTensor<Self>, weight: FloatTensor<Self>, stride: usize) -> FloatTensor<Self> {
+impl Depthwise3x3 for NdArray {
+    fn depthwise3x3(x: FloatTensor<Self>, weight: FloatTensor<Self>, stride: usize) -> FloatTensor<Self> {
         let (x, weight) = (nd::contiguous(&x), nd::contiguous(&weight));
         let geom = Geometry::of(&x.1, stride);
         nd::tensor(forward(&geom, &x.0, &weight.0), &geom.out_dims())
     }
 
-    fn cpu_depthwise3x3_backward(
+    fn depthwise3x3_backward(
         x: FloatTensor<Self>,
         weight: FloatTensor<Self>,
         grad: FloatTensor<Self>,
@@ -230,11 +273,28 @@ impl CpuDepthwise for NdArray {
     }
 }
 
+impl Depthwise3x3 for CubeBackend {
+    fn depthwise3x3(x: FloatTensor<Self>, weight: FloatTensor<Self>, stride: usize) -> FloatTensor<Self> {
+        let geom = Geometry::of(&x.shape(), stride);
+        wgsl::forward(x, weight, &geom)
+    }
+
+    fn depthwise3x3_backward(
+        x: FloatTensor<Self>,
+        weight: FloatTensor<Self>,
+        grad: FloatTensor<Self>,
+        stride: usize,
+    ) -> (FloatTensor<Self>, FloatTensor<Self>) {
+        let geom = Geometry::of(&x.shape(), stride);
+        wgsl::backward(x, weight, grad, &geom)
+    }
+}
+
 /// The backward step; the state is the input's and the weight's nodes and the stride.
 #[derive(Debug)]
 struct DepthwiseBackward;
 
-impl<B: Backend + CpuDepthwise> Backward<B, 2> for DepthwiseBackward {
+impl<B: Backend + Depthwise3x3> Backward<B, 2> for DepthwiseBackward {
     type State = (NodeId, NodeId, usize);
 
     fn backward(self, ops: Ops<Self::State, 2>, grads: &mut Gradients, checkpointer: &mut Checkpointer) {
@@ -242,7 +302,7 @@ impl<B: Backend + CpuDepthwise> Backward<B, 2> for DepthwiseBackward {
         let (x, weight, stride) = ops.state;
         let x = checkpointer.retrieve_node_output::<B::FloatTensorPrimitive>(x);
         let weight = checkpointer.retrieve_node_output::<B::FloatTensorPrimitive>(weight);
-        let (dx, dw) = B::cpu_depthwise3x3_backward(x, weight, grad, stride);
+        let (dx, dw) = B::depthwise3x3_backward(x, weight, grad, stride);
         for (parent, grad) in ops.parents.into_iter().zip([dx, dw]) {
             if let Some(node) = parent {
                 grads.register::<B>(node.id, grad);
@@ -251,30 +311,30 @@ impl<B: Backend + CpuDepthwise> Backward<B, 2> for DepthwiseBackward {
     }
 }
 
-impl<B: Backend + CpuDepthwise, C: CheckpointStrategy> CpuDepthwise for Autodiff<B, C> {
+impl<B: Backend + Depthwise3x3, C: CheckpointStrategy> Depthwise3x3 for Autodiff<B, C> {
     /// Compute-bound, like burn-autodiff's `conv2d`: the output is kept, the inputs checkpointed.
-    fn cpu_depthwise3x3(x: FloatTensor<Self>, weight: FloatTensor<Self>, stride: usize) -> FloatTensor<Self> {
+    fn depthwise3x3(x: FloatTensor<Self>, weight: FloatTensor<Self>, stride: usize) -> FloatTensor<Self> {
         match DepthwiseBackward.prepare::<C>([x.node(), weight.node()]).compute_bound().stateful() {
             OpsKind::Tracked(mut prep) => {
                 let state = (prep.checkpoint(&x), prep.checkpoint(&weight), stride);
-                prep.finish(state, B::cpu_depthwise3x3(x.primitive().clone(), weight.primitive().clone(), stride))
+                prep.finish(state, B::depthwise3x3(x.primitive().clone(), weight.primitive().clone(), stride))
             }
             OpsKind::UnTracked(prep) => {
-                prep.finish(B::cpu_depthwise3x3(x.into_primitive(), weight.into_primitive(), stride))
+                prep.finish(B::depthwise3x3(x.into_primitive(), weight.into_primitive(), stride))
             }
         }
     }
 
     /// The inner backend's gradients as untracked tensors: training never calls this (the
     /// backward step above calls the inner kernel), and no second-order gradient flows through it.
-    fn cpu_depthwise3x3_backward(
+    fn depthwise3x3_backward(
         x: FloatTensor<Self>,
         weight: FloatTensor<Self>,
         grad: FloatTensor<Self>,
         stride: usize,
     ) -> (FloatTensor<Self>, FloatTensor<Self>) {
         let (dx, dw) =
-            B::cpu_depthwise3x3_backward(x.into_primitive(), weight.into_primitive(), grad.into_primitive(), stride);
+            B::depthwise3x3_backward(x.into_primitive(), weight.into_primitive(), grad.into_primitive(), stride);
         (Self::from_inner(dx), Self::from_inner(dw))
     }
 }

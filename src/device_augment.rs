@@ -21,17 +21,16 @@
 //! packs each batch ([`crate::loader::PackedImages`]) and the training step launches the kernel.
 
 use burn::backend::tensor::{FloatTensor, IntTensor};
-use burn::backend::wgpu::{CubeBackend, CubeTensor, KernelSource, SourceKernel, SourceTemplate};
+use burn::backend::wgpu::CubeBackend;
 use burn::backend::{Backend, Dispatch, DispatchDevice, backend_extension};
-use burn::cubecl::prelude::KernelId;
-use burn::cubecl::server::KernelArguments;
-use burn::cubecl::{CubeCount, CubeDim};
+use burn::cubecl::CubeCount;
 use burn::tensor::{DType, Device, Int, Shape, Tensor, TensorData};
 use rand::Rng;
 
 use crate::augment::{self, EraseRect};
 use crate::error::{Error, Result};
 use crate::loader::SamplePipeline;
+use crate::wgsl_kernel;
 
 /// Words of the parameter header (see the WGSL file).
 pub const PARAMS_HEADER: usize = 16;
@@ -209,43 +208,12 @@ pub trait DeviceAugment: Backend {
     fn augment_rgb8(pixels: IntTensor<Self>, params: AugmentParams) -> FloatTensor<Self>;
 }
 
-/// The WGSL source as a cubecl kernel.
-struct AugmentWgsl;
-
-impl KernelSource for AugmentWgsl {
-    fn source(&self) -> SourceTemplate {
-        SourceTemplate::new(WGSL)
-    }
-
-    fn id(&self) -> KernelId {
-        // The source is part of the id, so an edited shader compiles anew.
-        KernelId::new::<Self>().info(WGSL)
-    }
-
-    fn lang(&self) -> &'static str {
-        "wgsl"
-    }
-}
-
 impl DeviceAugment for CubeBackend {
     fn augment_rgb8(pixels: IntTensor<Self>, params: AugmentParams) -> FloatTensor<Self> {
         let (n, (out_h, out_w)) = (params.images(), params.out_hw());
-        let client = pixels.client.clone();
-        let shape = Shape::new([n, 3, out_h, out_w]);
-        let output_handle = client.empty(shape.num_elements() * size_of::<f32>());
-        let output =
-            CubeTensor::new_contiguous(client.clone(), pixels.device.clone(), shape, output_handle, DType::F32);
-        let bytes: Vec<u8> = params.words.iter().flat_map(|w| w.to_le_bytes()).collect();
-        let params_handle = client.create_from_slice(&bytes);
-        let kernel = SourceKernel::new(AugmentWgsl, CubeDim::new_1d(WORKGROUP));
-        client.launch(
-            Box::new(kernel),
-            CubeCount::Static(n as u32, 1, 1),
-            KernelArguments::new()
-                .with_buffer(pixels.handle.clone().binding())
-                .with_buffer(params_handle.binding())
-                .with_buffer(output.handle.clone().binding()),
-        );
+        let output = wgsl_kernel::empty_f32(&pixels, Shape::new([n, 3, out_h, out_w]));
+        let grid = CubeCount::Static(n as u32, 1, 1);
+        wgsl_kernel::launch(WGSL, WORKGROUP, grid, &[&pixels], &params.words, &[&output]);
         output
     }
 }

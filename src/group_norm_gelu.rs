@@ -417,7 +417,7 @@ impl Groups {
     }
 
     /// Elements per group, `n`.
-    fn group_len(&self) -> usize {
+    pub(crate) fn group_len(&self) -> usize {
         self.channels_per_group() * self.hw
     }
 

@@ -53,6 +53,7 @@ pub mod trainer;
 pub mod user_path;
 #[cfg(target_arch = "wasm32")]
 pub mod web;
+pub mod wgsl_kernel;
 pub mod worker_process;
 
 pub use error::{Error, Result};

@@ -14,14 +14,12 @@
 use burn::backend::TensorMetadata;
 use burn::backend::ops::FloatTensorOps;
 use burn::backend::tensor::FloatTensor;
-use burn::backend::wgpu::{CubeBackend, CubeTensor, KernelSource, SourceKernel, SourceTemplate, into_contiguous};
-use burn::cubecl::prelude::KernelId;
-use burn::cubecl::server::KernelArguments;
-use burn::cubecl::{CubeCount, CubeDim};
-use burn::tensor::{DType, Shape};
+use burn::backend::wgpu::{CubeBackend, CubeTensor, into_contiguous};
+use burn::tensor::Shape;
 use std::sync::LazyLock;
 
 use super::Groups;
+use crate::wgsl_kernel::{self, empty_f32, grid_fits, on_software_adapter};
 
 /// Threads per workgroup (`WG` in the WGSL) on a GPU; one workgroup per (sample, group).
 const GPU_WORKGROUP: u32 = 256;
@@ -34,8 +32,6 @@ const GPU_WORKGROUP: u32 = 256;
 const CPU_WORKGROUP: u32 = 8;
 /// The workgroup sizes the kernels are built for: powers of two (the tree sums halve).
 const WORKGROUP_SIZES: [u32; 6] = [8, 16, 32, 64, 128, 256];
-/// The most workgroups in one dimension of a dispatch (WebGPU's and Vulkan's minimum limit).
-const MAX_GRID_ROW: usize = 65_535;
 
 const COMMON: &str = include_str!("../../shaders/group_norm_gelu_common.wgsl");
 const FORWARD: &str = include_str!("../../shaders/group_norm_gelu_forward.wgsl");
@@ -48,104 +44,67 @@ static SOURCES: LazyLock<Vec<[String; 2]>> = LazyLock::new(|| {
     WORKGROUP_SIZES.iter().map(|&wg| [source(wg, FORWARD), source(wg, BACKWARD)]).collect()
 });
 
-/// Threads per workgroup on `x`'s device: [`CPU_WORKGROUP`] on a software adapter (cubecl's
-/// device identity names no physical card: lavapipe, SwiftShader), [`GPU_WORKGROUP`] on a card,
-/// unless `VRAMFIT_GROUP_NORM_GELU_WORKGROUP` names one of [`WORKGROUP_SIZES`] (for
-/// measuring; any other value is ignored with a warning).
-fn workgroup_for(x: &CubeTensor) -> u32 {
+/// The most rounds of a thread's loop over its group (`n / WG`, rounded up). lavapipe
+/// (llvmpipe) silently ends a shader's loops after 65,535 iterations, counted over all of them;
+/// the backward kernel makes four passes over the group (mean, variance, channel sums, `dx`)
+/// plus the tree sums, so 16,000 rounds per pass stay under it.
+const MAX_ROUNDS: usize = 16_000;
+
+/// Threads per workgroup for `groups` on `x`'s device: [`CPU_WORKGROUP`] on a software adapter
+/// ([`on_software_adapter`]), [`GPU_WORKGROUP`] on a card, unless
+/// `VRAMFIT_GROUP_NORM_GELU_WORKGROUP` names one of [`WORKGROUP_SIZES`] (for measuring; any
+/// other value is ignored with a warning); then raised to the smallest size of
+/// [`WORKGROUP_SIZES`] whose rounds stay within [`MAX_ROUNDS`] ([`fits`] refused groups no size
+/// covers).
+fn workgroup_for(x: &CubeTensor, groups: &Groups) -> u32 {
     let choices = format!("one of {WORKGROUP_SIZES:?}");
     let forced = crate::measuring_switch::measuring_switch("VRAMFIT_GROUP_NORM_GELU_WORKGROUP", &choices, |v| {
         v.parse().ok().filter(|wg| WORKGROUP_SIZES.contains(wg))
     });
-    if let Some(wg) = forced {
-        return wg;
-    }
-    match x.client.properties().identity.physical {
-        None => CPU_WORKGROUP,
-        Some(_) => GPU_WORKGROUP,
-    }
-}
-
-/// One of the two kernels, for one workgroup size.
-struct GroupNormGeluWgsl {
-    backward: bool,
-    /// One of [`WORKGROUP_SIZES`].
-    workgroup: u32,
-}
-
-impl GroupNormGeluWgsl {
-    fn new(backward: bool, x: &CubeTensor) -> Self {
-        Self { backward, workgroup: workgroup_for(x) }
-    }
-
-    fn source(&self) -> &'static str {
-        let size = WORKGROUP_SIZES.iter().position(|&wg| wg == self.workgroup);
-        &SOURCES[size.expect("workgroup sizes come from WORKGROUP_SIZES")][usize::from(self.backward)]
-    }
-}
-
-impl KernelSource for GroupNormGeluWgsl {
-    fn source(&self) -> SourceTemplate {
-        SourceTemplate::new(GroupNormGeluWgsl::source(self))
-    }
-
-    fn id(&self) -> KernelId {
-        // The source is part of the id, so an edited shader compiles anew.
-        KernelId::new::<Self>().info(GroupNormGeluWgsl::source(self))
-    }
-
-    fn lang(&self) -> &'static str {
-        "wgsl"
-    }
+    let wanted = match forced {
+        Some(wg) => wg,
+        None if on_software_adapter(x) => CPU_WORKGROUP,
+        None => GPU_WORKGROUP,
+    };
+    let within_rounds = |wg: u32| groups.group_len().div_ceil(wg as usize) <= MAX_ROUNDS;
+    WORKGROUP_SIZES.into_iter().find(|&wg| wg >= wanted && within_rounds(wg)).unwrap_or(GPU_WORKGROUP)
 }
 
 /// Whether the WGSL kernels take a tensor of `groups`' size: not empty, every index fits the
-/// kernels' u32 arithmetic (a thread's last stride step included), and the (sample, group)
+/// kernels' u32 arithmetic (a thread's last stride step included), a group takes at most
+/// [`MAX_ROUNDS`] rounds of the largest workgroup (4.1 M values), and the (sample, group)
 /// count fits the 2-D grid (the callers fall back to burn's ops otherwise).
 pub(super) fn fits(groups: &Groups) -> bool {
-    let count = groups.batch * groups.groups;
-    !groups.is_empty() && groups.len() < (u32::MAX - GPU_WORKGROUP) as usize && count <= MAX_GRID_ROW * MAX_GRID_ROW
+    !groups.is_empty()
+        && groups.len() < (u32::MAX - GPU_WORKGROUP) as usize
+        && groups.group_len().div_ceil(GPU_WORKGROUP as usize) <= MAX_ROUNDS
+        && grid_fits(groups.batch * groups.groups)
 }
 
-/// The params words (`shaders/group_norm_gelu_common.wgsl`) and the dispatch grid.
-fn launch_shape(groups: &Groups) -> (Vec<u8>, CubeCount) {
-    let count = groups.batch * groups.groups;
-    let row = count.min(MAX_GRID_ROW);
-    let words = [
+/// Launches the forward (`backward` false) or backward kernel over one workgroup per (sample,
+/// group), with its bindings in the shaders' order: `inputs`, the params words
+/// (`shaders/group_norm_gelu_common.wgsl`), `outputs` (all contiguous f32).
+fn launch(backward: bool, groups: &Groups, inputs: &[&CubeTensor], outputs: &[&CubeTensor]) {
+    let wg = workgroup_for(inputs[0], groups);
+    let size = WORKGROUP_SIZES.iter().position(|&size| size == wg);
+    let source = &SOURCES[size.expect("workgroup sizes come from WORKGROUP_SIZES")][usize::from(backward)];
+    let (columns, grid) = wgsl_kernel::grid(groups.batch * groups.groups);
+    let params = [
         groups.batch as u32,
         groups.channels as u32,
         groups.groups as u32,
         groups.hw as u32,
         groups.epsilon.to_bits(),
-        row as u32,
+        columns,
     ];
-    let bytes = words.iter().flat_map(|w| w.to_le_bytes()).collect();
-    (bytes, CubeCount::Static(row as u32, count.div_ceil(row) as u32, 1))
-}
-
-fn empty_like(like: &CubeTensor, shape: Shape) -> CubeTensor {
-    let handle = like.client.empty(shape.num_elements() * size_of::<f32>());
-    CubeTensor::new_contiguous(like.client.clone(), like.device.clone(), shape, handle, DType::F32)
-}
-
-/// Launches `kernel` over `groups`' grid with its bindings in the shaders' order: `inputs`, the
-/// params words, `outputs` (all contiguous f32).
-fn launch(kernel: GroupNormGeluWgsl, groups: &Groups, inputs: &[&CubeTensor], outputs: &[&CubeTensor]) {
-    let (params, grid) = launch_shape(groups);
-    let client = &inputs[0].client;
-    let params = client.create_from_slice(&params);
-    let binding = |t: &&CubeTensor| t.handle.clone().binding();
-    let buffers = inputs.iter().map(binding).chain([params.binding()]).chain(outputs.iter().map(binding));
-    let arguments = KernelArguments::new().with_buffers(buffers.collect());
-    let wg = kernel.workgroup;
-    client.launch(Box::new(SourceKernel::new(kernel, CubeDim::new_1d(wg))), grid, arguments);
+    wgsl_kernel::launch(source, wg, grid, inputs, &params, outputs);
 }
 
 /// `gelu(γ xhat + β)` for a `[B, C, ...]` f32 tensor; `gamma`, `beta` `[C]`.
 pub(super) fn forward(x: CubeTensor, gamma: CubeTensor, beta: CubeTensor, groups: &Groups) -> CubeTensor {
     let [x, gamma, beta] = [x, gamma, beta].map(into_contiguous);
-    let y = empty_like(&x, x.shape());
-    launch(GroupNormGeluWgsl::new(false, &x), groups, &[&x, &gamma, &beta], &[&y]);
+    let y = empty_f32(&x, x.shape());
+    launch(false, groups, &[&x, &gamma, &beta], &[&y]);
     y
 }
 
@@ -158,10 +117,10 @@ pub(super) fn backward(
     groups: &Groups,
 ) -> (CubeTensor, CubeTensor, CubeTensor) {
     let [x, gamma, beta, grad] = [x, gamma, beta, grad].map(into_contiguous);
-    let dx = empty_like(&x, x.shape());
+    let dx = empty_f32(&x, x.shape());
     let per_sample = Shape::new([groups.batch, groups.channels]);
-    let (dgamma, dbeta) = (empty_like(&x, per_sample.clone()), empty_like(&x, per_sample));
-    launch(GroupNormGeluWgsl::new(true, &x), groups, &[&x, &gamma, &beta, &grad], &[&dx, &dgamma, &dbeta]);
+    let (dgamma, dbeta) = (empty_f32(&x, per_sample.clone()), empty_f32(&x, per_sample));
+    launch(true, groups, &[&x, &gamma, &beta, &grad], &[&dx, &dgamma, &dbeta]);
     let over_batch = |t: CubeTensor| -> FloatTensor<CubeBackend> {
         CubeBackend::float_reshape(CubeBackend::float_sum_dim(t, 0), Shape::new([groups.channels]))
     };

@@ -57,9 +57,15 @@ fn the_wgsl_kernels_match_burn_and_the_cpu_kernels() {
     // per-channel sums: 64 of 256, 2 of 8), 32 (the quickstart network's last stage: 8 of 256,
     // one thread per channel in 4 rounds of 8), 512 (one thread per channel in 2 or 64 rounds);
     // 1600 values per channel (more than the threads); 7 x 5 (a tail in every thread's stride).
-    let cases = [([2, 12, 7, 5], 3), ([8, 256, 4, 4], 8), ([3, 512, 2, 2], 1), ([2, 8, 40, 40], 2)];
-    let tolerance = Tolerance::absolute(5e-5).set_relative(2e-4);
+    // [1, 4, 300, 300] in one group: 360,000 values, 45,000 rounds of 8 threads per pass,
+    // past what lavapipe runs of a shader's loops (65,535 iterations in all): 32 threads there.
+    // Its dγ and dβ sum 90,000 terms to about 0.4, in another order than the CPU's (measured
+    // 3.8e-4 apart): a looser bound there; a loop cut short is off by far more.
+    let cases =
+        [([2, 12, 7, 5], 3), ([8, 256, 4, 4], 8), ([3, 512, 2, 2], 1), ([2, 8, 40, 40], 2), ([1, 4, 300, 300], 1)];
     for (seed, (dims, groups)) in cases.into_iter().enumerate() {
+        let large = dims[2] * dims[3] > 10_000;
+        let tolerance = if large { Tolerance::absolute(2e-3) } else { Tolerance::absolute(5e-5) }.set_relative(2e-4);
         let seed = 10 * seed as u64;
         let want = run(&Device::flex().autodiff(), dims, groups, true, seed);
         let on_cpu = run(&Device::flex().autodiff(), dims, groups, false, seed);

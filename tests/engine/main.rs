@@ -21,6 +21,7 @@ use vramfit::{Error, idx};
 mod app;
 mod augment;
 mod data_faults;
+mod depthwise_conv;
 mod folders;
 mod fuzz;
 mod group_norm_gelu;
