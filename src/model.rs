@@ -274,7 +274,16 @@ impl ConvNormAct {
 /// when training (an autodiff device), where the product's backward (two products) beats flex's
 /// convolution backward (`bench train --backends flex`, 3 runs alternated: quickstart training
 /// 977-1084 vs 926-958 img/s, 12gb 16.7-21.8 vs 13.9-14.4) while inference measured the same or
-/// slightly slower (quickstart 4090-4645 vs 4272-4733), so flex inference keeps the convolution.
+/// slightly slower (quickstart 4090-4645 vs 4272-4733), so flex inference keeps the convolution;
+/// and at inference on a wgpu device in a native build, where burn's `conv2d` copies both
+/// operands to NHWC and the product reads NCHW as it is (lavapipe, `bench train -c quickstart
+/// --backends gpu --steps 5 --warmup 2`, a build without the autotuner, 2 runs alternated:
+/// inference 43.4-45.9 -> 63.1-64.6 img/s, 1-image 224 px latency 2.0-2.1 -> 0.79-0.85 s;
+/// unmeasured on a card; the browser build keeps the convolution). Training on wgpu keeps the
+/// convolution: the product's backward was faster there too (12.0-12.9 -> 18.2-19.3 img/s) but
+/// burn computes the broadcast weight's gradient as a `[B, C_out, C_in]` product summed over the
+/// batch, a transient the memory plan does not hold (a checkpointed batch of 208 the plan put at
+/// 115 MiB reserved 169 MiB at its second step on lavapipe).
 /// `VRAMFIT_POINTWISE=matmul` or `=conv` forces one form on every device, for measuring.
 /// Any other value is ignored with a warning naming the two.
 fn matmul_pointwise(device: &Device) -> bool {
@@ -287,6 +296,7 @@ fn matmul_pointwise(device: &Device) -> bool {
         #[cfg(not(target_arch = "wasm32"))]
         burn::backend::DispatchDevice::NdArray(_) => true,
         burn::backend::DispatchDevice::Flex(_) => device.is_autodiff(),
+        burn::backend::DispatchDevice::Cube(_) => !cfg!(target_family = "wasm") && !device.is_autodiff(),
         _ => false,
     })
 }
