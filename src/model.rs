@@ -245,7 +245,10 @@ impl ConvNormAct {
         let options = ConvOptions::new(c.stride, [p, p], c.dilation, c.groups);
         let y = match precision {
             Precision::F32 if c.kernel_size == [1, 1] && c.stride == [1, 1] && c.groups == 1 && p == 0 => {
-                if matmul_pointwise(&x.device()) {
+                let device = x.device();
+                if matmul_pointwise(&device) && device.is_autodiff() && runs_on_wgpu(&device) {
+                    pointwise_as_flat_matmul(x, c.weight.val())
+                } else if matmul_pointwise(&device) {
                     pointwise_as_matmul(x, c.weight.val())
                 } else {
                     burn::tensor::module::conv2d(x, c.weight.val(), None, options)
@@ -275,15 +278,17 @@ impl ConvNormAct {
 /// convolution backward (`bench train --backends flex`, 3 runs alternated: quickstart training
 /// 977-1084 vs 926-958 img/s, 12gb 16.7-21.8 vs 13.9-14.4) while inference measured the same or
 /// slightly slower (quickstart 4090-4645 vs 4272-4733), so flex inference keeps the convolution;
-/// and at inference on a wgpu device in a native build, where burn's `conv2d` copies both
-/// operands to NHWC and the product reads NCHW as it is (lavapipe, `bench train -c quickstart
-/// --backends gpu --steps 5 --warmup 2`, a build without the autotuner, 2 runs alternated:
-/// inference 43.4-45.9 -> 63.1-64.6 img/s, 1-image 224 px latency 2.0-2.1 -> 0.79-0.85 s;
-/// unmeasured on a card; the browser build keeps the convolution). Training on wgpu keeps the
-/// convolution: the product's backward was faster there too (12.0-12.9 -> 18.2-19.3 img/s) but
+/// and on a wgpu device in a native build, where burn's `conv2d` copies both operands to NHWC
+/// and the product reads NCHW as it is (lavapipe, `bench train -c quickstart --backends gpu
+/// --steps 5 --warmup 2`, a build without the autotuner, 2 runs alternated: inference
+/// 43.4-45.9 -> 63.1-64.6 img/s, 1-image 224 px latency 2.0-2.1 -> 0.79-0.85 s; unmeasured on a
+/// card; the browser build keeps the convolution). Training there takes
+/// [`pointwise_as_flat_matmul`] (same bench, 3 runs alternated, 2026-12-04: training 10.5-11.6
+/// -> 21.9-24.0 img/s against `VRAMFIT_POINTWISE=conv`, the same 31.2 MiB peak in use). The
+/// broadcast product trained faster than the convolution too (12.0-12.9 -> 18.2-19.3 img/s) but
 /// burn computes the broadcast weight's gradient as a `[B, C_out, C_in]` product summed over the
 /// batch, a transient the memory plan does not hold (a checkpointed batch of 208 the plan put at
-/// 115 MiB reserved 169 MiB at its second step on lavapipe).
+/// 115 MiB reserved 169 MiB on lavapipe); the flat product's weight gradient is one 2-D product.
 /// `VRAMFIT_POINTWISE=matmul` or `=conv` forces one form on every device, for measuring.
 /// Any other value is ignored with a warning naming the two.
 fn matmul_pointwise(device: &Device) -> bool {
@@ -296,7 +301,7 @@ fn matmul_pointwise(device: &Device) -> bool {
         #[cfg(not(target_arch = "wasm32"))]
         burn::backend::DispatchDevice::NdArray(_) => true,
         burn::backend::DispatchDevice::Flex(_) => device.is_autodiff(),
-        burn::backend::DispatchDevice::Cube(_) => !cfg!(target_family = "wasm") && !device.is_autodiff(),
+        burn::backend::DispatchDevice::Cube(_) => !cfg!(target_family = "wasm"),
         _ => false,
     })
 }
@@ -313,6 +318,29 @@ fn pointwise_as_matmul(x: Tensor<4>, weight: Tensor<4>) -> Tensor<4> {
     // (B x C_out x C_in floats; 15% of an ndarray quickstart inference profile).
     let y = weight.reshape([1, c_out, c_in]).matmul(x.reshape([b, c_in, h * w]));
     y.reshape([b, c_out, h, w])
+}
+
+/// Whether `device` is a wgpu device.
+fn runs_on_wgpu(device: &Device) -> bool {
+    matches!(device.clone().inner().as_dispatch(), burn::backend::DispatchDevice::Cube(_))
+}
+
+/// [`pointwise_as_matmul`] for training on wgpu: one 2-D product over the whole batch,
+/// `y' = W x'` with `x'` the `[C_in, B * H * W]` channel-major copy of `x`, so that the weight's
+/// gradient is one `[C_out, B H W] x [B H W, C_in]` product (the broadcast form's is a
+/// `[B, C_out, C_in]` product summed over the batch: 54 MB at batch 208 of the quickstart
+/// network's 256-channel layers, a transient the memory plan does not count). The copies of `x`
+/// and `y` are activation-sized, as the NHWC copies burn's `conv2d` makes; autodiff keeps `x'`
+/// in place of `x`, the bytes the plan counts for a convolution's input.
+///
+/// # Shapes
+/// `x` `[B, C_in, H, W]`, `weight` `[C_out, C_in, 1, 1]` -> `[B, C_out, H, W]`.
+fn pointwise_as_flat_matmul(x: Tensor<4>, weight: Tensor<4>) -> Tensor<4> {
+    let [b, c_in, h, w] = x.dims();
+    let [c_out, ..] = weight.dims();
+    let channel_major = x.reshape([b, c_in, h * w]).swap_dims(0, 1).reshape([c_in, b * h * w]);
+    let y = weight.reshape([c_out, c_in]).matmul(channel_major);
+    y.reshape([c_out, b, h * w]).swap_dims(0, 1).reshape([b, c_out, h, w])
 }
 
 /// GroupNorm of f16 activations with f32 statistics that keeps a single f16 tensor for backward.
@@ -454,7 +482,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn pointwise_as_matmul_matches_conv2d_in_value_and_gradients_on_both_cpu_backends() {
+    fn both_pointwise_products_match_conv2d_in_value_and_gradients_on_both_cpu_backends() {
         use burn::tensor::Distribution;
         let cpus = [crate::device::CpuBackend::Ndarray, crate::device::CpuBackend::Flex];
         for device in cpus.map(|b| b.device().autodiff()) {
@@ -462,21 +490,25 @@ mod tests {
             let w = Tensor::<4>::random([7, 5, 1, 1], Distribution::Normal(0.0, 1.0), &device).require_grad();
             let options = ConvOptions::new([1, 1], [0, 0], [1, 1], 1);
             let by_conv = burn::tensor::module::conv2d(x.clone(), w.clone(), None, options);
-            let by_matmul = pointwise_as_matmul(x.clone(), w.clone());
-            assert_eq!(by_matmul.dims(), [3, 7, 4, 6]);
-            // Relative to the largest value: the two paths sum the same products in another order.
+            // Relative to the largest value: the paths sum the same products in another order.
             let close = |a: Tensor<4>, b: Tensor<4>, what: &str| {
                 let scale = a.clone().abs().max().into_scalar::<f32>().max(1.0);
                 let diff = (a - b).abs().max().into_scalar::<f32>();
                 assert!(diff < 1e-6 * scale.max(10.0), "{what}: largest difference {diff} (largest value {scale})");
             };
-            close(by_conv.clone(), by_matmul.clone(), "output");
             // A loss that weights each output element differently, so every gradient entry counts.
             let weights = Tensor::<4>::random([3, 7, 4, 6], Distribution::Normal(0.0, 1.0), &device);
-            let g_conv = (by_conv * weights.clone()).sum().backward();
-            let g_matmul = (by_matmul * weights).sum().backward();
-            close(x.grad(&g_conv).unwrap(), x.grad(&g_matmul).unwrap(), "input gradient");
-            close(w.grad(&g_conv).unwrap(), w.grad(&g_matmul).unwrap(), "weight gradient");
+            let g_conv = (by_conv.clone() * weights.clone()).sum().backward();
+            for (form, by_matmul) in [
+                ("broadcast", pointwise_as_matmul(x.clone(), w.clone())),
+                ("flat", pointwise_as_flat_matmul(x.clone(), w.clone())),
+            ] {
+                assert_eq!(by_matmul.dims(), [3, 7, 4, 6], "{form}");
+                close(by_conv.clone(), by_matmul.clone(), &format!("{form} output"));
+                let g_matmul = (by_matmul * weights.clone()).sum().backward();
+                close(x.grad(&g_conv).unwrap(), x.grad(&g_matmul).unwrap(), &format!("{form} input gradient"));
+                close(w.grad(&g_conv).unwrap(), w.grad(&g_matmul).unwrap(), &format!("{form} weight gradient"));
+            }
         }
     }
 
