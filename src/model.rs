@@ -245,13 +245,10 @@ impl ConvNormAct {
         let options = ConvOptions::new(c.stride, [p, p], c.dilation, c.groups);
         let y = match precision {
             Precision::F32 if c.kernel_size == [1, 1] && c.stride == [1, 1] && c.groups == 1 && p == 0 => {
-                let device = x.device();
-                if matmul_pointwise(&device) && device.is_autodiff() && runs_on_wgpu(&device) {
-                    pointwise_as_flat_matmul(x, c.weight.val())
-                } else if matmul_pointwise(&device) {
-                    pointwise_as_matmul(x, c.weight.val())
-                } else {
-                    burn::tensor::module::conv2d(x, c.weight.val(), None, options)
+                match pointwise_form(&x.device()) {
+                    PointwiseForm::Broadcast => pointwise_as_matmul(x, c.weight.val()),
+                    PointwiseForm::Flat => pointwise_as_flat_matmul(x, c.weight.val()),
+                    PointwiseForm::Conv => burn::tensor::module::conv2d(x, c.weight.val(), None, options),
                 }
             }
             Precision::F32 if self.is_depthwise3x3(x.dims()[1]) => {
@@ -271,7 +268,18 @@ impl ConvNormAct {
     }
 }
 
-/// Whether 1x1 convolutions on `device` run as a matrix product ([`pointwise_as_matmul`]):
+/// How a 1x1, stride-1, ungrouped convolution computes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum PointwiseForm {
+    /// burn's `conv2d`.
+    Conv,
+    /// [`pointwise_as_matmul`]: one batched product, the weight broadcast over the batch.
+    Broadcast,
+    /// [`pointwise_as_flat_matmul`]: one 2-D product over the whole batch.
+    Flat,
+}
+
+/// How 1x1 convolutions on `device` compute: as a matrix product ([`pointwise_as_matmul`])
 /// on burn ndarray, whose `conv2d` is a direct loop even for 1x1 kernels (`bench train -c 12gb
 /// --backends ndarray`: training 0.7 -> 5.2 img/s, inference 17.5 -> 33.2 img/s), and on flex
 /// when training (an autodiff device), where the product's backward (two products) beats flex's
@@ -289,20 +297,29 @@ impl ConvNormAct {
 /// burn computes the broadcast weight's gradient as a `[B, C_out, C_in]` product summed over the
 /// batch, a transient the memory plan does not hold (a checkpointed batch of 208 the plan put at
 /// 115 MiB reserved 169 MiB on lavapipe); the flat product's weight gradient is one 2-D product.
-/// `VRAMFIT_POINTWISE=matmul` or `=conv` forces one form on every device, for measuring.
-/// Any other value is ignored with a warning naming the two.
-fn matmul_pointwise(device: &Device) -> bool {
+/// `VRAMFIT_POINTWISE=matmul` (the device's product: flat when training on wgpu, broadcast
+/// elsewhere) or `=conv` forces one form on every device, for measuring. Any other value is
+/// ignored with a warning naming the two.
+fn pointwise_form(device: &Device) -> PointwiseForm {
+    use burn::backend::DispatchDevice;
+    let inner = device.clone().inner();
+    let dispatch = inner.as_dispatch();
+    let product = if matches!(dispatch, DispatchDevice::Cube(_)) && device.is_autodiff() {
+        PointwiseForm::Flat
+    } else {
+        PointwiseForm::Broadcast
+    };
     let forced = crate::measuring_switch::measuring_switch("VRAMFIT_POINTWISE", "matmul or conv", |v| match v {
-        "matmul" => Some(true),
-        "conv" => Some(false),
+        "matmul" => Some(product),
+        "conv" => Some(PointwiseForm::Conv),
         _ => None,
     });
-    forced.unwrap_or_else(|| match device.clone().inner().as_dispatch() {
+    forced.unwrap_or(match dispatch {
         #[cfg(not(target_arch = "wasm32"))]
-        burn::backend::DispatchDevice::NdArray(_) => true,
-        burn::backend::DispatchDevice::Flex(_) => device.is_autodiff(),
-        burn::backend::DispatchDevice::Cube(_) => !cfg!(target_family = "wasm"),
-        _ => false,
+        DispatchDevice::NdArray(_) => product,
+        DispatchDevice::Flex(_) if device.is_autodiff() => product,
+        DispatchDevice::Cube(_) if !cfg!(target_family = "wasm") => product,
+        _ => PointwiseForm::Conv,
     })
 }
 
@@ -318,11 +335,6 @@ fn pointwise_as_matmul(x: Tensor<4>, weight: Tensor<4>) -> Tensor<4> {
     // (B x C_out x C_in floats; 15% of an ndarray quickstart inference profile).
     let y = weight.reshape([1, c_out, c_in]).matmul(x.reshape([b, c_in, h * w]));
     y.reshape([b, c_out, h, w])
-}
-
-/// Whether `device` is a wgpu device.
-fn runs_on_wgpu(device: &Device) -> bool {
-    matches!(device.clone().inner().as_dispatch(), burn::backend::DispatchDevice::Cube(_))
 }
 
 /// [`pointwise_as_matmul`] for training on wgpu: one 2-D product over the whole batch,
