@@ -85,7 +85,7 @@ fn has_kernel_shape(x: &Tensor<4>, weight: &Tensor<4>, stride: usize) -> bool {
 }
 
 /// Whether [`depthwise_conv3x3`] takes the CPU kernels: [`has_kernel_shape`] on a CPU backend.
-fn takes_cpu_kernel(x: &Tensor<4>, weight: &Tensor<4>, stride: usize) -> bool {
+pub(crate) fn takes_cpu_kernel(x: &Tensor<4>, weight: &Tensor<4>, stride: usize) -> bool {
     has_kernel_shape(x, weight, stride) && runs_on_cpu_backend(&x.device())
 }
 
@@ -436,14 +436,40 @@ pub fn forward_group_norm_gelu(
         .with_min_len(groups.groups_per_task())
         .for_each_init(Scratch::default, |scratch, (g, (out, x))| {
             let first = (g % groups.groups) * cpg;
-            for (k, (out, x)) in out.chunks_exact_mut(oh * ow).zip(x.chunks_exact(h * w)).enumerate() {
-                let c = first + k;
-                dispatch(unit, Plane::Forward { x, weight: &weight[c * 9..c * 9 + 9], out }, geom, scratch);
-            }
-            let params = (&gamma[first..first + cpg], &beta[first..first + cpg]);
-            forward_group_in_place(unit, out, params, oh * ow, groups.epsilon);
+            forward_group_norm_gelu_channels(unit, geom, groups, first, x, weight, (gamma, beta), out, scratch);
         });
     out
+}
+
+/// [`forward_group_norm_gelu`] for whole groups of one sample, channels `first..` of it: `x`
+/// holds their `H x W` input planes and `out` their `H' x W'` outputs (the same number of
+/// planes, a multiple of the channels per group, `first` the first channel of a group);
+/// `weight`, `gamma` and `beta` are the full tensors' (`[C, 1, 3, 3]`, `[C]`, `[C]`). Each group
+/// is convolved and then normalized while in cache. [`crate::fused_block`] calls it per sample.
+#[allow(clippy::too_many_arguments)] // the fused op's operands, and the task's unit and scratch
+pub(crate) fn forward_group_norm_gelu_channels(
+    unit: VectorUnit,
+    geom: &Geometry,
+    groups: &Groups,
+    first: usize,
+    x: &[f32],
+    weight: &[f32],
+    (gamma, beta): (&[f32], &[f32]),
+    out: &mut [f32],
+    scratch: &mut Scratch,
+) {
+    let (h, w) = geom.in_hw;
+    let (oh, ow) = geom.out_hw;
+    let cpg = groups.channels_per_group();
+    for (g, (out, x)) in out.chunks_exact_mut(cpg * oh * ow).zip(x.chunks_exact(cpg * h * w)).enumerate() {
+        let first = first + g * cpg;
+        for (k, (out, x)) in out.chunks_exact_mut(oh * ow).zip(x.chunks_exact(h * w)).enumerate() {
+            let c = first + k;
+            dispatch(unit, Plane::Forward { x, weight: &weight[c * 9..c * 9 + 9], out }, geom, scratch);
+        }
+        let params = (&gamma[first..first + cpg], &beta[first..first + cpg]);
+        forward_group_in_place(unit, out, params, oh * ow, groups.epsilon);
+    }
 }
 
 /// `(dx, dweight)` of `sum(forward(x, weight) * grad)`.
@@ -485,7 +511,7 @@ enum Plane<'a> {
 
 /// Per-task buffers (one convolution's geometry): phase planes and the wide accumulator.
 #[derive(Default)]
-struct Scratch {
+pub(crate) struct Scratch {
     phases: Vec<f32>,
     wide: Vec<f32>,
     /// `(H, W, stride)` of the planes `phases` was last split for, while it is zero wherever

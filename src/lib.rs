@@ -26,6 +26,7 @@ pub mod eval;
 pub mod events;
 pub mod export;
 pub mod fault;
+pub mod fused_block;
 pub mod gelu;
 pub mod group_norm_gelu;
 pub mod gui;

@@ -21,7 +21,7 @@ use burn::module::Module;
 use burn::nn::conv::{Conv2d, Conv2dConfig};
 use burn::nn::{GroupNorm, GroupNormConfig, Initializer, Linear, LinearConfig, PaddingConfig2d};
 use burn::tensor::ops::ConvOptions;
-use burn::tensor::{Device, FloatDType, Tensor};
+use burn::tensor::{DType, Device, FloatDType, Tensor};
 
 use crate::config::{Activation, ModelConfig, Precision};
 
@@ -415,6 +415,65 @@ impl DsBlock {
     pub fn residual(&self) -> bool {
         self.residual
     }
+
+    /// # Shapes
+    /// `[B, C_in, H, W]` -> `[B, C_out, H / stride, W / stride]`, in `precision`'s dtype.
+    ///
+    /// At f32 inference on a CPU backend with GELU, affine norms and a batch of at least two
+    /// samples per thread ([`crate::fused_block::batch_fits`]), the whole block is one pass per
+    /// sample ([`crate::fused_block::ds_block_inference`]); everywhere else layer by layer.
+    pub fn forward(&self, x: Tensor<4>, precision: Precision) -> Tensor<4> {
+        if let Some((settings, dw_norm, pw_norm)) = self.fused_inference_settings(&x, precision) {
+            let (dw_weight, pw_weight) = (self.dw.conv.weight.val(), self.pw.conv.weight.val());
+            let tensors = crate::fused_block::BlockTensors { x, dw_weight, dw_norm, pw_weight, pw_norm };
+            return crate::fused_block::ds_block_inference(tensors, settings);
+        }
+        let y = self.pw.forward(self.dw.forward(x.clone(), precision), precision);
+        if self.residual { y + x } else { y }
+    }
+
+    /// The fused inference pass's settings and both norms' `(γ, β)`, when the pass applies to
+    /// `x` (see [`Self::forward`]).
+    #[allow(clippy::type_complexity)] // the settings and two (γ, β) pairs, named in the docs
+    fn fused_inference_settings(
+        &self,
+        x: &Tensor<4>,
+        precision: Precision,
+    ) -> Option<(crate::fused_block::BlockSettings, (Tensor<1>, Tensor<1>), (Tensor<1>, Tensor<1>))> {
+        let [batch, c_in, _, _] = x.dims();
+        let (dw, pw) = (&self.dw, &self.pw);
+        let device = x.device();
+        let applies = precision == Precision::F32
+            && crate::fused_block::batch_fits(batch)
+            && !device.is_autodiff()
+            && crate::gelu::runs_on_cpu_backend(&device)
+            && x.dtype() == DType::F32
+            && [dw.activation, pw.activation] == [Activation::Gelu, Activation::Gelu]
+            && dw.is_depthwise3x3(c_in)
+            && matches!(dw.conv.stride[0], 1 | 2)
+            && crate::depthwise_conv::takes_cpu_kernel(x, &dw.conv.weight.val(), dw.conv.stride[0])
+            && pw.conv.kernel_size == [1, 1]
+            && pw.conv.stride == [1, 1]
+            && pw.conv.groups == 1
+            && pw.padding() == 0
+            && pw.conv.weight.dims()[1] == c_in
+            && pw.conv.weight.val().dtype() == DType::F32
+            && dw.norm.epsilon == pw.norm.epsilon;
+        if !applies {
+            return None;
+        }
+        let c_out = pw.conv.weight.dims()[0];
+        let dw_norm = crate::group_norm_gelu::cpu_affine_params(&dw.norm, c_in)?;
+        let pw_norm = crate::group_norm_gelu::cpu_affine_params(&pw.norm, c_out)?;
+        let settings = crate::fused_block::BlockSettings {
+            stride: dw.conv.stride[0],
+            dw_groups: dw.norm.num_groups,
+            pw_groups: pw.norm.num_groups,
+            epsilon: dw.norm.epsilon,
+            residual: self.residual,
+        };
+        Some((settings, dw_norm, pw_norm))
+    }
 }
 
 /// The classifier network.
@@ -462,8 +521,7 @@ impl Classifier {
         };
         let mut x = self.stem.forward(x, precision); // [B, C0, H/2, W/2]
         for block in &self.blocks {
-            let y = block.pw.forward(block.dw.forward(x.clone(), precision), precision);
-            x = if block.residual { y + x } else { y };
+            x = block.forward(x, precision);
         }
         let [b, c, _, _] = x.dims();
         let pooled = x.mean_dim(3).mean_dim(2).reshape([b, c]); // [B, C]
@@ -492,6 +550,7 @@ pub fn param_count(plan: &[LayerShape]) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::StageConfig;
 
     #[test]
     fn both_pointwise_products_match_conv2d_in_value_and_gradients_on_both_cpu_backends() {
@@ -521,6 +580,54 @@ mod tests {
                 close(x.grad(&g_conv).unwrap(), x.grad(&g_matmul).unwrap(), &format!("{form} input gradient"));
                 close(w.grad(&g_conv).unwrap(), w.grad(&g_matmul).unwrap(), &format!("{form} weight gradient"));
             }
+        }
+    }
+
+    #[test]
+    fn a_block_fused_for_cpu_inference_matches_its_layers_run_one_by_one() {
+        use burn::module::Param;
+        use burn::tensor::Distribution;
+        // Stride 1 and 2, channels changing and kept (the residual), on both CPU backends.
+        let cfg = ModelConfig {
+            width: 1.0,
+            stem_channels: 16,
+            stages: vec![
+                StageConfig { channels: 24, stride: 1, blocks: 1 },
+                StageConfig { channels: 32, stride: 2, blocks: 2 },
+            ],
+            ..ModelConfig::default()
+        };
+        let cpus = [crate::device::CpuBackend::Ndarray, crate::device::CpuBackend::Flex];
+        for device in cpus.map(|b| b.device()) {
+            let mut model = Classifier::new(&cfg, 3, &device);
+            // Norm parameters away from (1, 0), so that each channel's own γ and β count.
+            for block in &mut model.blocks {
+                for norm in [&mut block.dw.norm, &mut block.pw.norm] {
+                    let c = norm.num_channels;
+                    norm.gamma = Some(Param::from_tensor(Tensor::random([c], Distribution::Normal(1.0, 0.5), &device)));
+                    norm.beta = Some(Param::from_tensor(Tensor::random([c], Distribution::Normal(0.0, 0.5), &device)));
+                }
+            }
+            let residuals: Vec<bool> = model.blocks.iter().map(DsBlock::residual).collect();
+            assert_eq!(residuals, [false, false, true]);
+            // An odd plane (9 px: the stride-2 edge) and a batch with samples for every thread.
+            let batch = 2 * rayon::current_num_threads() + 1;
+            let mut x = Tensor::<4>::random([batch, 16, 9, 9], Distribution::Normal(0.0, 1.0), &device);
+            for (i, block) in model.blocks.iter().enumerate() {
+                assert!(block.fused_inference_settings(&x, Precision::F32).is_some(), "block {i} takes the fused pass");
+                let fused = block.forward(x.clone(), Precision::F32);
+                let layers = block.pw.forward(block.dw.forward(x.clone(), Precision::F32), Precision::F32);
+                let layers = if block.residual { layers + x.clone() } else { layers };
+                assert_eq!(fused.dims(), layers.dims(), "block {i}");
+                let diff = (fused.clone() - layers).abs().max().into_scalar::<f32>();
+                assert!(diff < 1e-4, "block {i} on {device:?}: largest difference {diff}");
+                x = fused;
+            }
+            // A batch too small for every thread takes the layers (and so do autodiff devices).
+            let one = Tensor::<4>::zeros([1, 16, 9, 9], &device);
+            assert!(model.blocks[0].fused_inference_settings(&one, Precision::F32).is_none());
+            let tracked = Tensor::<4>::zeros([batch, 16, 9, 9], &device.clone().autodiff());
+            assert!(model.blocks[0].fused_inference_settings(&tracked, Precision::F32).is_none());
         }
     }
 
