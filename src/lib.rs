@@ -27,6 +27,7 @@ pub mod events;
 pub mod export;
 pub mod fault;
 pub mod fused_block;
+pub mod fused_stem;
 pub mod gelu;
 pub mod group_norm_gelu;
 pub mod gui;

@@ -228,11 +228,47 @@ impl ConvNormAct {
             && c.stride[0] == c.stride[1]
     }
 
+    /// The norm's `(γ, β)` when this layer on `x` takes [`crate::fused_stem::stem_inference`]:
+    /// a dense 3x3 convolution (padding 1, no dilation, the same stride both ways) with GELU,
+    /// at f32 inference on a CPU backend with a batch of at least two samples per thread
+    /// ([`crate::fused_block::batch_fits`]).
+    fn fused_stem_norm(&self, x: &Tensor<4>, precision: Precision) -> Option<(Tensor<1>, Tensor<1>)> {
+        let [batch, c_in, h, w] = x.dims();
+        let c = &self.conv;
+        let device = x.device();
+        let weight_dims = c.weight.dims();
+        let applies = precision == Precision::F32
+            && self.activation == Activation::Gelu
+            && crate::fused_block::batch_fits(batch)
+            && h > 0
+            && w > 0
+            && !device.is_autodiff()
+            && crate::gelu::runs_on_cpu_backend(&device)
+            && x.dtype() == DType::F32
+            && c.kernel_size == [3, 3]
+            && c.groups == 1
+            && c.padding == PaddingConfig2d::Explicit(1, 1, 1, 1)
+            && c.dilation == [1, 1]
+            && c.stride[0] == c.stride[1]
+            && c.stride[0] > 0
+            && weight_dims[1..] == [c_in, 3, 3]
+            && c.weight.val().dtype() == DType::F32;
+        if !applies {
+            return None;
+        }
+        crate::group_norm_gelu::cpu_affine_params(&self.norm, weight_dims[0])
+    }
+
     /// # Shapes
     /// `[B, C_in, H, W]` -> `[B, C_out, H / stride, W / stride]`, in `dtype`.
     fn forward(&self, x: Tensor<4>, precision: Precision) -> Tensor<4> {
         let c = &self.conv;
         let p = self.padding();
+        if let Some(norm) = self.fused_stem_norm(&x, precision) {
+            // The stem at inference on a CPU backend: one pass per sample.
+            let (groups, eps) = (self.norm.num_groups, self.norm.epsilon);
+            return crate::fused_stem::stem_inference(x, c.weight.val(), norm, c.stride[0], groups, eps);
+        }
         if precision == Precision::F32 && self.activation == Activation::Gelu && self.is_depthwise3x3(x.dims()[1]) {
             // One fused pass at inference on the CPU backends; the two ops elsewhere.
             return crate::depthwise_conv::depthwise_conv3x3_group_norm_gelu(
@@ -628,6 +664,33 @@ mod tests {
             assert!(model.blocks[0].fused_inference_settings(&one, Precision::F32).is_none());
             let tracked = Tensor::<4>::zeros([batch, 16, 9, 9], &device.clone().autodiff());
             assert!(model.blocks[0].fused_inference_settings(&tracked, Precision::F32).is_none());
+        }
+    }
+
+    #[test]
+    fn the_stem_fused_for_cpu_inference_matches_it_run_sample_by_sample_as_two_ops() {
+        use burn::module::Param;
+        use burn::tensor::Distribution;
+        let cpus = [crate::device::CpuBackend::Ndarray, crate::device::CpuBackend::Flex];
+        for device in cpus.map(|b| b.device()) {
+            let cfg = ModelConfig { stem_channels: 16, ..ModelConfig::default() };
+            let mut stem = Classifier::new(&cfg, 3, &device).stem;
+            stem.norm.gamma = Some(Param::from_tensor(Tensor::random([16], Distribution::Normal(1.0, 0.5), &device)));
+            stem.norm.beta = Some(Param::from_tensor(Tensor::random([16], Distribution::Normal(0.0, 0.5), &device)));
+            // Odd and even sides (the stride-2 edge), and a batch with samples for every thread.
+            let batch = 2 * rayon::current_num_threads() + 1;
+            let x = Tensor::<4>::random([batch, 3, 9, 12], Distribution::Normal(0.0, 1.0), &device);
+            assert!(stem.fused_stem_norm(&x, Precision::F32).is_some(), "the batch takes the fused pass");
+            let fused = stem.forward(x.clone(), Precision::F32);
+            assert_eq!(fused.dims(), [batch, 16, 5, 6]);
+            for i in 0..batch {
+                // One sample is too small a batch for the fused pass: conv2d, then GroupNorm + GELU.
+                let one = x.clone().narrow(0, i, 1);
+                assert!(stem.fused_stem_norm(&one, Precision::F32).is_none());
+                let layers = stem.forward(one, Precision::F32);
+                let diff = (fused.clone().narrow(0, i, 1) - layers).abs().max().into_scalar::<f32>();
+                assert!(diff < 1e-4, "sample {i} on {device:?}: largest difference {diff}");
+            }
         }
     }
 
