@@ -106,7 +106,7 @@ fn takes_own_kernel(x: &Tensor<4>, weight: &Tensor<4>, stride: usize) -> bool {
 /// Whether vramfit's kernels may run at all: `false` only with `VRAMFIT_DEPTHWISE=burn` (burn's
 /// `conv2d` everywhere, for measuring). Any value other than `burn` or `own` is ignored with a
 /// warning.
-fn own_kernels_enabled() -> bool {
+pub(crate) fn own_kernels_enabled() -> bool {
     let own = crate::measuring_switch::measuring_switch("VRAMFIT_DEPTHWISE", "burn or own", |v| match v {
         "burn" => Some(false),
         "own" => Some(true),

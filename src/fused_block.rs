@@ -188,6 +188,29 @@ pub fn batch_fits(batch: usize) -> bool {
     batch >= 2 * rayon::current_num_threads()
 }
 
+/// Whether the per-sample passes (this module's and [`crate::fused_stem`]'s) may run: not with
+/// `VRAMFIT_FUSED_INFERENCE=layers` (the layers one by one, for measuring), nor while another
+/// measuring switch forces one of the layers' paths (`VRAMFIT_DEPTHWISE=burn`,
+/// `VRAMFIT_GROUP_NORM_GELU=burn`, any `VRAMFIT_POINTWISE`), whose code the passes would
+/// otherwise bypass. Any value other than `layers` or `fused` is ignored with a warning.
+pub fn fused_inference_enabled() -> bool {
+    let fused = crate::measuring_switch::measuring_switch("VRAMFIT_FUSED_INFERENCE", "layers or fused", |v| match v {
+        "layers" => Some(false),
+        "fused" => Some(true),
+        _ => None,
+    });
+    fused.unwrap_or(true)
+        && crate::depthwise_conv::own_kernels_enabled()
+        && crate::group_norm_gelu::fused_kernels_enabled()
+        && std::env::var_os("VRAMFIT_POINTWISE").is_none()
+}
+
+/// Whether none of `devices` is an autodiff device: the passes have no autodiff form, and a
+/// tracked weight beside an untracked input would reach the extension's autodiff dispatch.
+pub fn none_tracked(devices: &[burn::tensor::Device]) -> bool {
+    devices.iter().all(|d| !d.is_autodiff())
+}
+
 /// The backend extension (no autodiff: training takes the layers op by op).
 #[backend_extension(Flex, NdArray: cfg(not(target_arch = "wasm32")))]
 pub trait CpuFusedBlock: Backend {

@@ -106,7 +106,7 @@ fn takes_fused_kernel(x: &Tensor<4>, norm: &GroupNorm) -> bool {
 /// Whether the fused kernels may run at all: `false` only with `VRAMFIT_GROUP_NORM_GELU=burn`
 /// (burn's ops everywhere, for measuring). Any value other than `burn` or `fused` is ignored
 /// with a warning.
-fn fused_kernels_enabled() -> bool {
+pub(crate) fn fused_kernels_enabled() -> bool {
     let fused = crate::measuring_switch::measuring_switch("VRAMFIT_GROUP_NORM_GELU", "burn or fused", |v| match v {
         "burn" => Some(false),
         "fused" => Some(true),

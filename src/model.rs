@@ -240,8 +240,10 @@ impl ConvNormAct {
         let applies = precision == Precision::F32
             && self.activation == Activation::Gelu
             && crate::fused_block::batch_fits(batch)
+            && c_in > 0
             && h > 0
             && w > 0
+            && crate::fused_block::fused_inference_enabled()
             && !device.is_autodiff()
             && crate::gelu::runs_on_cpu_backend(&device)
             && x.dtype() == DType::F32
@@ -256,7 +258,9 @@ impl ConvNormAct {
         if !applies {
             return None;
         }
-        crate::group_norm_gelu::cpu_affine_params(&self.norm, weight_dims[0])
+        let (gamma, beta) = crate::group_norm_gelu::cpu_affine_params(&self.norm, weight_dims[0])?;
+        let devices = [device, c.weight.device(), gamma.device(), beta.device()];
+        crate::fused_block::none_tracked(&devices).then_some((gamma, beta))
     }
 
     /// # Shapes
@@ -481,6 +485,7 @@ impl DsBlock {
         let device = x.device();
         let applies = precision == Precision::F32
             && crate::fused_block::batch_fits(batch)
+            && crate::fused_block::fused_inference_enabled()
             && !device.is_autodiff()
             && crate::gelu::runs_on_cpu_backend(&device)
             && x.dtype() == DType::F32
@@ -501,6 +506,11 @@ impl DsBlock {
         let c_out = pw.conv.weight.dims()[0];
         let dw_norm = crate::group_norm_gelu::cpu_affine_params(&dw.norm, c_in)?;
         let pw_norm = crate::group_norm_gelu::cpu_affine_params(&pw.norm, c_out)?;
+        let params = [&dw_norm.0, &dw_norm.1, &pw_norm.0, &pw_norm.1].map(|p| p.device());
+        let weights = [dw.conv.weight.device(), pw.conv.weight.device()];
+        if !crate::fused_block::none_tracked(&[&[device][..], &weights, &params].concat()) {
+            return None;
+        }
         let settings = crate::fused_block::BlockSettings {
             stride: dw.conv.stride[0],
             dw_groups: dw.norm.num_groups,
@@ -664,6 +674,14 @@ mod tests {
             assert!(model.blocks[0].fused_inference_settings(&one, Precision::F32).is_none());
             let tracked = Tensor::<4>::zeros([batch, 16, 9, 9], &device.clone().autodiff());
             assert!(model.blocks[0].fused_inference_settings(&tracked, Precision::F32).is_none());
+            // Tracked weights with an untracked input (the extensions have no autodiff form):
+            // the layers run, and so the forward works.
+            let tracked_model = Classifier::new(&cfg, 3, &device.clone().autodiff());
+            let untracked = Tensor::<4>::zeros([batch, 16, 9, 9], &device);
+            assert!(tracked_model.blocks[0].fused_inference_settings(&untracked, Precision::F32).is_none());
+            let images = Tensor::<4>::zeros([batch, 3, 18, 18], &device);
+            assert!(tracked_model.stem.fused_stem_norm(&images, Precision::F32).is_none());
+            assert_eq!(tracked_model.forward(images, Precision::F32).dims(), [batch, 3]);
         }
     }
 
