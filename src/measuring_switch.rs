@@ -1,6 +1,7 @@
 //! Measuring switches: environment variables that force one of vramfit's code paths where it
 //! otherwise picks one by device (`VRAMFIT_POINTWISE`, `VRAMFIT_GROUP_NORM_GELU`,
-//! `VRAMFIT_GROUP_NORM_GELU_WORKGROUP`), so that both paths can be timed from one binary.
+//! `VRAMFIT_GROUP_NORM_GELU_WORKGROUP`, `VRAMFIT_DEPTHWISE`, `VRAMFIT_FUSED_INFERENCE`), so that
+//! both paths can be timed from one binary.
 
 use std::collections::HashSet;
 use std::sync::Mutex;
