@@ -83,45 +83,13 @@ pub fn forward(shape: &BlockShape, x: &[f32], params: &BlockParams<'_>) -> Vec<f
         return out;
     }
     let unit = vector_unit();
-    let cpg_out = shape.pw_groups.channels_per_group();
     out.par_chunks_mut(out_len).zip(x.par_chunks(in_len)).for_each_init(
         || (Scratch::default(), vec![0f32; mid_len]),
         |(scratch, mid), (out, x)| {
             let dw = &shape.dw_groups;
             forward_group_norm_gelu_channels(unit, &shape.dw, dw, 0, x, params.dw_weight, params.dw_norm, mid, scratch);
-            // out [C_out, H'W'] = pw_weight [C_out, C_in] x mid [C_in, H'W'], row-major all three.
-            let (hw, c_in, c_out) = (oh * ow, c_in as isize, c_out);
-            // SAFETY: the three buffers are row-major matrices of the dims given (asserted above
-            // and sized from them here); `read_dst: false` makes gemm write `out` without reading.
-            unsafe {
-                gemm::gemm(
-                    c_out,
-                    hw,
-                    c_in as usize,
-                    out.as_mut_ptr(),
-                    1,
-                    hw as isize,
-                    false,
-                    params.pw_weight.as_ptr(),
-                    1,
-                    c_in,
-                    mid.as_ptr(),
-                    1,
-                    hw as isize,
-                    0.0,
-                    1.0,
-                    false,
-                    false,
-                    false,
-                    gemm::Parallelism::None,
-                );
-            }
-            let (gamma, beta) = params.pw_norm;
-            for (g, out) in out.chunks_exact_mut(cpg_out * hw).enumerate() {
-                let first = g * cpg_out;
-                let norm = (&gamma[first..first + cpg_out], &beta[first..first + cpg_out]);
-                forward_group_in_place(unit, out, norm, hw, shape.pw_groups.epsilon);
-            }
+            let norm = (&shape.pw_groups, params.pw_norm);
+            product_group_norm_gelu(unit, params.pw_weight, mid, oh * ow, norm, out);
             if shape.residual {
                 for (o, x) in out.iter_mut().zip(x) {
                     *o += x;
@@ -130,6 +98,60 @@ pub fn forward(shape: &BlockShape, x: &[f32], params: &BlockParams<'_>) -> Vec<f
         },
     );
     out
+}
+
+/// `out` = `gelu(group_norm(weight x input))` for one sample: `weight` row-major
+/// `[C_out, K]`, `input` `[K, hw]`, `out` `[C_out, hw]`; one single-threaded `gemm`, then each
+/// of `groups`' groups (over `C_out` channels of `hw`) normalized in place with its `(γ, β)`.
+/// The pointwise layer of [`forward`] and the stem ([`crate::fused_stem::forward`]) both end so.
+///
+/// # Panics
+/// If the lengths disagree with `C_out = groups.channels`, `hw` and `K = input.len() / hw`.
+pub(crate) fn product_group_norm_gelu(
+    unit: crate::gelu::VectorUnit,
+    weight: &[f32],
+    input: &[f32],
+    hw: usize,
+    (groups, (gamma, beta)): (&Groups, (&[f32], &[f32])),
+    out: &mut [f32],
+) {
+    if out.is_empty() {
+        return;
+    }
+    let c_out = groups.channels;
+    let k = input.len() / hw;
+    assert!(out.len() == c_out * hw && input.len() == k * hw && weight.len() == c_out * k, "product shapes");
+    // SAFETY: the three buffers are row-major matrices of the dims given (asserted just above);
+    // `read_dst: false` makes gemm write `out` without reading it.
+    unsafe {
+        gemm::gemm(
+            c_out,
+            hw,
+            k,
+            out.as_mut_ptr(),
+            1,
+            hw as isize,
+            false,
+            weight.as_ptr(),
+            1,
+            k as isize,
+            input.as_ptr(),
+            1,
+            hw as isize,
+            0.0,
+            1.0,
+            false,
+            false,
+            false,
+            gemm::Parallelism::None,
+        );
+    }
+    let cpg = groups.channels_per_group();
+    for (g, out) in out.chunks_exact_mut(cpg * hw).enumerate() {
+        let first = g * cpg;
+        let norm = (&gamma[first..first + cpg], &beta[first..first + cpg]);
+        forward_group_in_place(unit, out, norm, hw, groups.epsilon);
+    }
 }
 
 /// The block's tensors for [`ds_block_inference`]: the input and each layer's weight and norm.

@@ -21,8 +21,9 @@ use rayon::prelude::*;
 use crate::cpu_tensor::flex;
 #[cfg(not(target_arch = "wasm32"))]
 use crate::cpu_tensor::nd;
+use crate::fused_block::product_group_norm_gelu;
 use crate::gelu::vector_unit;
-use crate::group_norm_gelu::{Groups, forward_group_in_place};
+use crate::group_norm_gelu::Groups;
 
 /// Sizes of the stem's convolution: `[B, C_in, H, W]` -> `[B, C_out, H', W']`, kernel 3x3,
 /// padding 1, `H' = (H - 1) / stride + 1` (as `W'`).
@@ -69,42 +70,11 @@ pub fn forward(
         return out;
     }
     let unit = vector_unit();
-    let cpg = groups.channels_per_group();
     out.par_chunks_mut(c_out * ohw).zip(x.par_chunks(c_in * h * w)).for_each_init(
         || vec![0f32; k * ohw],
         |columns, (out, x)| {
             windows_as_columns(x, shape, columns);
-            // SAFETY: `weight` is row-major [C_out, K], `columns` [K, H'W'] and `out`
-            // [C_out, H'W'] (lengths asserted and allocated above); `read_dst: false`: gemm
-            // writes `out` without reading it.
-            unsafe {
-                gemm::gemm(
-                    c_out,
-                    ohw,
-                    k,
-                    out.as_mut_ptr(),
-                    1,
-                    ohw as isize,
-                    false,
-                    weight.as_ptr(),
-                    1,
-                    k as isize,
-                    columns.as_ptr(),
-                    1,
-                    ohw as isize,
-                    0.0,
-                    1.0,
-                    false,
-                    false,
-                    false,
-                    gemm::Parallelism::None,
-                );
-            }
-            for (g, out) in out.chunks_exact_mut(cpg * ohw).enumerate() {
-                let first = g * cpg;
-                let norm = (&gamma[first..first + cpg], &beta[first..first + cpg]);
-                forward_group_in_place(unit, out, norm, ohw, groups.epsilon);
-            }
+            product_group_norm_gelu(unit, weight, columns, ohw, (groups, (gamma, beta)), out);
         },
     );
     out
