@@ -286,7 +286,7 @@ impl ConvNormAct {
         let options = ConvOptions::new(c.stride, [p, p], c.dilation, c.groups);
         let y = match precision {
             Precision::F32 if c.kernel_size == [1, 1] && c.stride == [1, 1] && c.groups == 1 && p == 0 => {
-                match pointwise_form(&x.device()) {
+                match pointwise_form(&x.device(), x.dims()[2] * x.dims()[3]) {
                     PointwiseForm::Broadcast => pointwise_as_matmul(x, c.weight.val()),
                     PointwiseForm::Flat => pointwise_as_flat_matmul(x, c.weight.val()),
                     PointwiseForm::Conv => burn::tensor::module::conv2d(x, c.weight.val(), None, options),
@@ -320,6 +320,16 @@ enum PointwiseForm {
     Flat,
 }
 
+/// The largest plane (H * W pixels) at which flex trains a 1x1 convolution as one flat product
+/// over the batch ([`pointwise_as_flat_matmul`]) rather than the broadcast one. Measured on a
+/// 2-core AVX2 machine, 2026-12-04, `bench train --device cpu --backends flex`, all layers
+/// broadcast against flat up to this size, alternated: quickstart (planes of 196, 49 and 16
+/// pixels) 1064-1262 -> 1235-1341 img/s, 4 runs each, 1.04-1.16x per pair; 12gb (planes of 12544
+/// down to 49) 24.4-26.0 -> 26.7-30.0, 3 runs; every layer flat made 12gb slower (26.9-27.1 ->
+/// 24.8-25.0), the copies to and from channel-major order outweighing the product at large planes.
+/// burn ndarray trains slower flat (quickstart 1010-1036 -> 867-875), so it keeps the broadcast.
+const FLAT_PRODUCT_MAX_PLANE: usize = 196;
+
 /// How 1x1 convolutions on `device` compute: as a matrix product ([`pointwise_as_matmul`])
 /// on burn ndarray, whose `conv2d` is a direct loop even for 1x1 kernels (`bench train -c 12gb
 /// --backends ndarray`: training 0.7 -> 5.2 img/s, inference 17.5 -> 33.2 img/s), and on flex
@@ -338,20 +348,26 @@ enum PointwiseForm {
 /// burn computes the broadcast weight's gradient as a `[B, C_out, C_in]` product summed over the
 /// batch, a transient the memory plan does not hold (a checkpointed batch of 208 the plan put at
 /// 115 MiB reserved 169 MiB on lavapipe); the flat product's weight gradient is one 2-D product.
-/// `VRAMFIT_POINTWISE=matmul` (the device's product: flat when training on wgpu, broadcast
-/// elsewhere) or `=conv` forces one form on every device, for measuring. Any other value is
-/// ignored with a warning naming the two.
-fn pointwise_form(device: &Device) -> PointwiseForm {
+/// Training on flex takes the flat product too where a plane has at most
+/// [`FLAT_PRODUCT_MAX_PLANE`] pixels (`plane_len` = H * W): there each sample's share of the
+/// broadcast form's weight gradient is a product with an inner dimension of 16-196, which gemm
+/// runs far below its speed, while the flat form's is one product over the batch.
+///
+/// `VRAMFIT_POINTWISE=matmul` (the device's product), `=flat` or `=conv` forces one form on
+/// every device, for measuring. Any other value is ignored with a warning naming the three.
+fn pointwise_form(device: &Device, plane_len: usize) -> PointwiseForm {
     use burn::backend::DispatchDevice;
     let inner = device.clone().inner();
     let dispatch = inner.as_dispatch();
-    let product = if matches!(dispatch, DispatchDevice::Cube(_)) && device.is_autodiff() {
-        PointwiseForm::Flat
-    } else {
-        PointwiseForm::Broadcast
+    let flat = match dispatch {
+        DispatchDevice::Cube(_) => device.is_autodiff(),
+        DispatchDevice::Flex(_) => device.is_autodiff() && plane_len <= FLAT_PRODUCT_MAX_PLANE,
+        _ => false,
     };
-    let forced = crate::measuring_switch::measuring_switch("VRAMFIT_POINTWISE", "matmul or conv", |v| match v {
+    let product = if flat { PointwiseForm::Flat } else { PointwiseForm::Broadcast };
+    let forced = crate::measuring_switch::measuring_switch("VRAMFIT_POINTWISE", "matmul, flat or conv", |v| match v {
         "matmul" => Some(product),
+        "flat" => Some(PointwiseForm::Flat),
         "conv" => Some(PointwiseForm::Conv),
         _ => None,
     });
@@ -629,6 +645,22 @@ mod tests {
                 close(w.grad(&g_conv).unwrap(), w.grad(&g_matmul).unwrap(), &format!("{form} weight gradient"));
             }
         }
+    }
+
+    #[test]
+    fn flex_trains_small_planes_with_the_flat_product_and_large_ones_broadcast() {
+        if std::env::var_os("VRAMFIT_POINTWISE").is_some() {
+            return; // a measuring switch forces one form everywhere
+        }
+        let flex = crate::device::CpuBackend::Flex.device();
+        let ndarray = crate::device::CpuBackend::Ndarray.device();
+        let largest = FLAT_PRODUCT_MAX_PLANE;
+        assert_eq!(pointwise_form(&flex.clone().autodiff(), largest), PointwiseForm::Flat);
+        assert_eq!(pointwise_form(&flex.clone().autodiff(), largest + 1), PointwiseForm::Broadcast);
+        // Inference on flex keeps the convolution; ndarray takes the broadcast product either way.
+        assert_eq!(pointwise_form(&flex, 16), PointwiseForm::Conv);
+        assert_eq!(pointwise_form(&ndarray.clone().autodiff(), 16), PointwiseForm::Broadcast);
+        assert_eq!(pointwise_form(&ndarray, 16), PointwiseForm::Broadcast);
     }
 
     #[test]
