@@ -355,7 +355,8 @@ pub struct Geometry {
     /// Phase plane width, `ceil((W + 2) / s)`.
     wp: usize,
     /// Elements per phase plane: `ceil((H + 2) / s) + 1` rows of `wp` (one spare row for the
-    /// flat reads past the last kept column).
+    /// flat reads past the last kept column) and [`LANES`] more (for the reads of the wide
+    /// accumulator's padding, [`Geometry::wide_len`]).
     phase_len: usize,
 }
 
@@ -365,7 +366,7 @@ impl Geometry {
     pub fn of(dims: &[usize], stride: usize) -> Self {
         let [batch, channels, h, w] = dims.try_into().expect("depthwise_conv3x3 takes [B, C, H, W]");
         let wp = (w + 2).div_ceil(stride);
-        let phase_len = ((h + 2).div_ceil(stride) + 1) * wp;
+        let phase_len = ((h + 2).div_ceil(stride) + 1) * wp + LANES;
         let out_hw = ((h - 1) / stride + 1, (w - 1) / stride + 1);
         Self { batch, channels, in_hw: (h, w), out_hw, stride, wp, phase_len }
     }
@@ -380,15 +381,18 @@ impl Geometry {
         (8 * 1024usize).div_ceil((self.in_hw.0 * self.in_hw.1).max(1)).max(1)
     }
 
-    /// Accumulator length: `H'` rows of `wp`.
+    /// Accumulator length: `H'` rows of `wp`, rounded up to whole [`LANES`] so that every flat
+    /// loop runs in whole vectors (a 7x7 plane's 63 outputs had run 7 of them one lane at a
+    /// time). The padding's outputs are discarded, and in the backward pass `dy` is zero there.
     fn wide_len(&self) -> usize {
-        self.out_hw.0 * self.wp
+        (self.out_hw.0 * self.wp).next_multiple_of(LANES)
     }
 
-    /// `(phase, flat offset into it)` for kernel position `(kh, kw)`: phase `(kh % s, kw % s)`.
-    fn tap(&self, kh: usize, kw: usize) -> (usize, usize) {
-        let s = self.stride;
-        ((kh % s) * s + kw % s, (kh / s) * self.wp + kw / s)
+    /// `(phase, flat offset into it)` for kernel position `(kh, kw)` at stride `S`: phase
+    /// `(kh % S, kw % S)`. `S` is a constant so that these are shifts, not divisions (a 4x4
+    /// plane's integer divisions had cost more than its convolution).
+    fn tap<const S: usize>(&self, kh: usize, kw: usize) -> (usize, usize) {
+        ((kh % S) * S + kw % S, (kh / S) * self.wp + kw / S)
     }
 }
 
@@ -501,6 +505,10 @@ pub fn backward(geom: &Geometry, x: &[f32], weight: &[f32], grad: &[f32]) -> (Ve
     (dx, dw)
 }
 
+/// Elements per step of the flat loops: two AVX2 vectors or one AVX-512 vector, kept in
+/// registers as independent sums.
+const LANES: usize = 16;
+
 /// One (sample, channel) plane's work.
 enum Plane<'a> {
     /// `out` (`H' x W'`) = the convolution of `x` (`H x W`) with `weight` (9).
@@ -549,17 +557,23 @@ mod x86 {
 
 #[inline(always)]
 fn run_plane<const FMA: bool>(plane: Plane<'_>, geom: &Geometry, scratch: &mut Scratch) {
-    match plane {
-        Plane::Forward { x, weight, out } => forward_plane::<FMA>(x, weight, out, geom, scratch),
-        Plane::Backward { x, dy, weight, dx, dw } => backward_plane::<FMA>(x, dy, weight, dx, dw, geom, scratch),
+    match (plane, geom.stride) {
+        (Plane::Forward { x, weight, out }, 1) => forward_plane::<FMA, 1>(x, weight, out, geom, scratch),
+        (Plane::Forward { x, weight, out }, _) => forward_plane::<FMA, 2>(x, weight, out, geom, scratch),
+        (Plane::Backward { x, dy, weight, dx, dw }, 1) => {
+            backward_plane::<FMA, 1>(x, dy, weight, dx, dw, geom, scratch)
+        }
+        (Plane::Backward { x, dy, weight, dx, dw }, _) => {
+            backward_plane::<FMA, 2>(x, dy, weight, dx, dw, geom, scratch)
+        }
     }
 }
 
 /// Fills `scratch.phases` (`s²` planes of `phase_len`, zero in their padding) from the `H x W`
 /// plane `x`.
 #[inline(always)]
-fn split_into_phases(x: &[f32], geom: &Geometry, scratch: &mut Scratch) {
-    let (s, wp, len) = (geom.stride, geom.wp, geom.phase_len);
+fn split_into_phases<const S: usize>(x: &[f32], geom: &Geometry, scratch: &mut Scratch) {
+    let (s, wp, len) = (S, geom.wp, geom.phase_len);
     let (h, w) = geom.in_hw;
     let phases = &mut scratch.phases;
     if scratch.zero_padding_for != Some((h, w, s)) {
@@ -590,8 +604,8 @@ fn split_into_phases(x: &[f32], geom: &Geometry, scratch: &mut Scratch) {
 
 /// Reads the `H x W` plane back out of phase planes laid out as [`split_into_phases`] writes.
 #[inline(always)]
-fn merge_from_phases(phases: &[f32], geom: &Geometry, x: &mut [f32]) {
-    let (s, wp, len) = (geom.stride, geom.wp, geom.phase_len);
+fn merge_from_phases<const S: usize>(phases: &[f32], geom: &Geometry, x: &mut [f32]) {
+    let (s, wp, len) = (S, geom.wp, geom.phase_len);
     let w = geom.in_hw.1;
     for (ih, row) in x.chunks_exact_mut(w).enumerate() {
         let ph = ih + 1;
@@ -608,23 +622,32 @@ fn merge_from_phases(phases: &[f32], geom: &Geometry, x: &mut [f32]) {
 }
 
 #[inline(always)]
-fn forward_plane<const FMA: bool>(x: &[f32], weight: &[f32], out: &mut [f32], geom: &Geometry, scratch: &mut Scratch) {
-    split_into_phases(x, geom, scratch);
+fn forward_plane<const FMA: bool, const S: usize>(
+    x: &[f32],
+    weight: &[f32],
+    out: &mut [f32],
+    geom: &Geometry,
+    scratch: &mut Scratch,
+) {
+    split_into_phases::<S>(x, geom, scratch);
     let n = geom.wide_len();
     scratch.wide.resize(n, 0.0); // every element is written below
     // The nine shifted views, each exactly n long, summed in one pass: one store per output.
     let tap = |k: usize| {
-        let (phase, offset) = geom.tap(k / 3, k % 3);
+        let (phase, offset) = geom.tap::<S>(k / 3, k % 3);
         &scratch.phases[phase * geom.phase_len + offset..][..n]
     };
     let taps: [&[f32]; 9] = std::array::from_fn(tap);
     let w: [f32; 9] = std::array::from_fn(|k| weight[k]);
-    for (i, o) in scratch.wide.iter_mut().enumerate() {
-        let mut acc = 0.0;
+    for (i, o) in scratch.wide.chunks_exact_mut(LANES).enumerate() {
+        let mut acc = [0f32; LANES];
         for k in 0..9 {
-            acc = madd::<FMA>(w[k], taps[k][i], acc);
+            let t: &[f32; LANES] = taps[k][i * LANES..][..LANES].try_into().expect("n is whole LANES");
+            for l in 0..LANES {
+                acc[l] = madd::<FMA>(w[k], t[l], acc[l]);
+            }
         }
-        *o = acc;
+        o.copy_from_slice(&acc);
     }
     let ow = geom.out_hw.1;
     for (row, wide) in out.chunks_exact_mut(ow).zip(scratch.wide.chunks_exact(geom.wp)) {
@@ -633,7 +656,7 @@ fn forward_plane<const FMA: bool>(x: &[f32], weight: &[f32], out: &mut [f32], ge
 }
 
 #[inline(always)]
-fn backward_plane<const FMA: bool>(
+fn backward_plane<const FMA: bool, const S: usize>(
     x: &[f32],
     dy: &[f32],
     weight: &[f32],
@@ -650,10 +673,10 @@ fn backward_plane<const FMA: bool>(
         wide[..ow].copy_from_slice(row);
     }
     // Weight gradient: dw[k] = Σ dy_wide · phase, shifted.
-    split_into_phases(x, geom, scratch);
+    split_into_phases::<S>(x, geom, scratch);
     for kh in 0..3 {
         for kw in 0..3 {
-            let (phase, offset) = geom.tap(kh, kw);
+            let (phase, offset) = geom.tap::<S>(kh, kw);
             let src = &scratch.phases[phase * geom.phase_len + offset..][..n];
             dw[kh * 3 + kw] = dot::<FMA>(&scratch.wide, src);
         }
@@ -663,21 +686,22 @@ fn backward_plane<const FMA: bool>(
     scratch.zero_padding_for = None; // the scatter below writes the padding too
     for kh in 0..3 {
         for kw in 0..3 {
-            let (phase, offset) = geom.tap(kh, kw);
+            let (phase, offset) = geom.tap::<S>(kh, kw);
             let dst = &mut scratch.phases[phase * geom.phase_len + offset..][..n];
             let wv = weight[kh * 3 + kw];
-            for (d, &g) in dst.iter_mut().zip(&scratch.wide) {
-                *d = madd::<FMA>(wv, g, *d);
+            for (d, g) in dst.chunks_exact_mut(LANES).zip(scratch.wide.chunks_exact(LANES)) {
+                for l in 0..LANES {
+                    d[l] = madd::<FMA>(wv, g[l], d[l]);
+                }
             }
         }
     }
-    merge_from_phases(&scratch.phases, geom, dx);
+    merge_from_phases::<S>(&scratch.phases, geom, dx);
 }
 
-/// `Σ a_i b_i` in 16 independent partial sums (so the compiler vectorizes it).
+/// `Σ a_i b_i` in [`LANES`] independent partial sums (so the compiler vectorizes it).
 #[inline(always)]
 fn dot<const FMA: bool>(a: &[f32], b: &[f32]) -> f32 {
-    const LANES: usize = 16;
     let mut acc = [0f32; LANES];
     let (ca, cb) = (a.chunks_exact(LANES), b.chunks_exact(LANES));
     let tail: f32 = ca.remainder().iter().zip(cb.remainder()).map(|(x, y)| x * y).sum();
