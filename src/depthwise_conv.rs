@@ -17,7 +17,8 @@
 //! ```
 //! Row `oh` of the accumulator reads row `oh + kh / s` of the phase plane, so a flat index is a
 //! correct 2-D index for every kept column (`ow + kw / s < Wp`). The gradients use the same
-//! phases: `dw[kh][kw] = Σ dy_wide · P` shifted (dot products), and the input gradient scatters
+//! phases: `dw[kh][kw] = Σ dy_wide · P` shifted (dot products). The input gradient at stride 1
+//! is the forward pass run on `dy` with the kernel turned by 180 degrees; at stride 2 it scatters
 //! `w[kh][kw] dy_wide` into zeroed phase planes that are then unpadded (`dy_wide` is `dy` with
 //! zeroed extra columns, so they add nothing). The loops are flat and branch-free (the dot
 //! products in 16 independent lanes), compiled for AVX-512 or AVX2 + FMA where the CPU has them. `depthwise_matches_burn_conv2d` checks values and
@@ -681,7 +682,15 @@ fn backward_plane<const FMA: bool, const S: usize>(
             dw[kh * 3 + kw] = dot::<FMA>(&scratch.wide, src);
         }
     }
-    // Input gradient: scatter w dy_wide into zeroed phases, then unpad.
+    if S == 1 {
+        // Input gradient at stride 1: the same convolution of `dy` with the kernel turned by
+        // 180 degrees (`dx[i] = Σ_k w[k] dy_pad[i + 2 - k]`), one gathering pass like the
+        // forward's; the phases' padding is still zero, so no plane is cleared.
+        let turned: [f32; 9] = std::array::from_fn(|k| weight[8 - k]);
+        forward_plane::<FMA, 1>(dy, &turned, dx, geom, scratch);
+        return;
+    }
+    // Input gradient at stride 2: scatter w dy_wide into zeroed phases, then unpad.
     scratch.phases.iter_mut().for_each(|v| *v = 0.0);
     scratch.zero_padding_for = None; // the scatter below writes the padding too
     for kh in 0..3 {
