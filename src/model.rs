@@ -394,7 +394,8 @@ fn pointwise_as_matmul(x: Tensor<4>, weight: Tensor<4>) -> Tensor<4> {
     y.reshape([b, c_out, h, w])
 }
 
-/// [`pointwise_as_matmul`] for training on wgpu: one 2-D product over the whole batch,
+/// [`pointwise_as_matmul`] for training on wgpu, and on flex at planes of at most
+/// [`FLAT_PRODUCT_MAX_PLANE`] pixels: one 2-D product over the whole batch,
 /// `y' = W x'` with `x'` the `[C_in, B * H * W]` channel-major copy of `x`, so that the weight's
 /// gradient is one `[C_out, B H W] x [B H W, C_in]` product (the broadcast form's is a
 /// `[B, C_out, C_in]` product summed over the batch: 54 MB at batch 208 of the quickstart
