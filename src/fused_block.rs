@@ -210,6 +210,19 @@ pub fn batch_fits(batch: usize) -> bool {
     batch >= 2 * rayon::current_num_threads()
 }
 
+/// Whether the input `x` (`[B, C, H, W]`) suits the per-sample passes (this module's and
+/// [`crate::fused_stem`]'s): f32 inference (no autodiff) on a CPU backend, at a batch that
+/// [`batch_fits`]. Each layer's own conditions, [`fused_inference_enabled`] and [`none_tracked`]
+/// come on top.
+pub fn input_suits(x: &Tensor<4>, precision: crate::config::Precision) -> bool {
+    let device = x.device();
+    precision == crate::config::Precision::F32
+        && batch_fits(x.dims()[0])
+        && !device.is_autodiff()
+        && crate::gelu::runs_on_cpu_backend(&device)
+        && x.dtype() == burn::tensor::DType::F32
+}
+
 /// Whether the per-sample passes (this module's and [`crate::fused_stem`]'s) may run: not with
 /// `VRAMFIT_FUSED_INFERENCE=layers` (the layers one by one, for measuring), nor while another
 /// measuring switch forces one of the layers' paths (`VRAMFIT_DEPTHWISE=burn`,

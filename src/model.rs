@@ -231,21 +231,16 @@ impl ConvNormAct {
     /// The norm's `(γ, β)` when this layer on `x` takes [`crate::fused_stem::stem_inference`]:
     /// a dense 3x3 convolution (padding 1, no dilation, the same stride both ways) with GELU,
     /// at f32 inference on a CPU backend with a batch of at least two samples per thread
-    /// ([`crate::fused_block::batch_fits`]).
+    /// ([`crate::fused_block::input_suits`]).
     fn fused_stem_norm(&self, x: &Tensor<4>, precision: Precision) -> Option<(Tensor<1>, Tensor<1>)> {
-        let [batch, c_in, h, w] = x.dims();
+        let [_, c_in, h, w] = x.dims();
         let c = &self.conv;
-        let device = x.device();
         let weight_dims = c.weight.dims();
-        let applies = precision == Precision::F32
+        let applies = crate::fused_block::input_suits(x, precision)
             && self.activation == Activation::Gelu
-            && crate::fused_block::batch_fits(batch)
             && c_in > 0
             && h > 0
             && w > 0
-            && !device.is_autodiff()
-            && crate::gelu::runs_on_cpu_backend(&device)
-            && x.dtype() == DType::F32
             && c.kernel_size == [3, 3]
             && c.groups == 1
             && c.padding == PaddingConfig2d::Explicit(1, 1, 1, 1)
@@ -260,7 +255,7 @@ impl ConvNormAct {
             return None;
         }
         let (gamma, beta) = crate::group_norm_gelu::cpu_affine_params(&self.norm, weight_dims[0])?;
-        let devices = [device, c.weight.device(), gamma.device(), beta.device()];
+        let devices = [x.device(), c.weight.device(), gamma.device(), beta.device()];
         crate::fused_block::none_tracked(&devices).then_some((gamma, beta))
     }
 
@@ -498,14 +493,9 @@ impl DsBlock {
         x: &Tensor<4>,
         precision: Precision,
     ) -> Option<(crate::fused_block::BlockSettings, (Tensor<1>, Tensor<1>), (Tensor<1>, Tensor<1>))> {
-        let [batch, c_in, _, _] = x.dims();
+        let c_in = x.dims()[1];
         let (dw, pw) = (&self.dw, &self.pw);
-        let device = x.device();
-        let applies = precision == Precision::F32
-            && crate::fused_block::batch_fits(batch)
-            && !device.is_autodiff()
-            && crate::gelu::runs_on_cpu_backend(&device)
-            && x.dtype() == DType::F32
+        let applies = crate::fused_block::input_suits(x, precision)
             && [dw.activation, pw.activation] == [Activation::Gelu, Activation::Gelu]
             && dw.is_depthwise3x3(c_in)
             && matches!(dw.conv.stride[0], 1 | 2)
@@ -527,7 +517,7 @@ impl DsBlock {
         let pw_norm = crate::group_norm_gelu::cpu_affine_params(&pw.norm, c_out)?;
         let params = [&dw_norm.0, &dw_norm.1, &pw_norm.0, &pw_norm.1].map(|p| p.device());
         let weights = [dw.conv.weight.device(), pw.conv.weight.device()];
-        if !crate::fused_block::none_tracked(&[&[device][..], &weights, &params].concat()) {
+        if !crate::fused_block::none_tracked(&[&[x.device()][..], &weights, &params].concat()) {
             return None;
         }
         let settings = crate::fused_block::BlockSettings {
