@@ -222,6 +222,18 @@ impl SelectedDevice {
         self.adapter.as_ref().map(AdapterInfo::buffer_limit)
     }
 
+    /// A device already made on `adapter` (a page's WebGPU device, made asynchronously; the
+    /// app's device of an adapter it listed).
+    pub fn on_adapter(device: Device, adapter: AdapterInfo) -> Self {
+        let name = format!("{} ({}, {})", adapter.name, adapter.backend, adapter.device_type);
+        Self { device, name, adapter: Some(adapter), note: None }
+    }
+
+    /// The CPU backend `backend`.
+    pub fn on_cpu(backend: CpuBackend) -> Self {
+        cpu(backend, None)
+    }
+
     /// The default CPU backend, for work that does not fit this device's buffers.
     pub fn cpu_fallback() -> Self {
         cpu(CpuBackend::DEFAULT, None)

@@ -68,10 +68,11 @@ pub enum Event {
     EpochEnd {
         /// Epoch (0-based).
         epoch: usize,
-        /// Mean training loss.
-        train_loss: f32,
-        /// Training accuracy, 0..1.
-        train_accuracy: f32,
+        /// Mean training loss over the epoch's steps this run trained; `None` when it trained
+        /// none (an epoch resumed at its end), never a NaN.
+        train_loss: Option<f32>,
+        /// Training accuracy, 0..1 (`None` as `train_loss`).
+        train_accuracy: Option<f32>,
         /// Validation loss.
         #[serde(deserialize_with = "f32_or_nan")]
         val_loss: f32,
@@ -107,8 +108,8 @@ pub enum Event {
     Finished(RunEnd),
     /// The micro-batch was changed to hold the memory budget.
     BatchAdapted {
-        /// New micro-batch size.
-        batch_size: usize,
+        /// Images per forward pass from now on.
+        micro_batch: usize,
         /// New accumulation steps (effective batch unchanged).
         grad_accum_steps: usize,
         /// Why.

@@ -50,8 +50,6 @@ pub mod run_dir;
 pub mod schedule;
 pub mod session;
 pub mod train;
-pub mod train_in_memory;
-pub mod trainer;
 pub mod user_path;
 #[cfg(target_arch = "wasm32")]
 pub mod web;

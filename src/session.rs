@@ -42,8 +42,8 @@ use crate::error::{Error, Result};
 use crate::eval::EvalResult;
 use crate::events::{Event, EventSink, LiveBudget, RunEnd, StopSignal};
 use crate::infer::{ClassProb, Predictor};
+use crate::train::{InMemoryRequest, TrainedModel};
 use crate::train::{OverfitResult, TrainRequest, TrainSummary};
-use crate::train_in_memory::{InMemoryRequest, TrainedModel};
 use crate::worker_process::WorkerJob;
 
 /// Reports the queue holds before samples start replacing each other (see the module docs).
@@ -68,17 +68,17 @@ pub enum Job {
         /// The device.
         device: SelectedDevice,
     },
-    /// Train in this process without a run folder ([`crate::train_in_memory`]): the browser's
+    /// Train in this process without a run folder ([`crate::train::train_in_memory`]): the browser's
     /// way to train, where there is no disk. The model comes back in the output.
     TrainInMemory {
-        /// What to train.
+        /// What to train. The session's [`LiveBudget`] starts at the config's budget and is
+        /// the run's live budget.
         request: Box<InMemoryRequest>,
-        /// Training data.
-        train: Arc<Dataset>,
-        /// Data evaluated after each epoch.
-        val: Arc<Dataset>,
-        /// The device (in a browser: the page's WebGPU device, initialized asynchronously).
-        device: burn::tensor::Device,
+        /// Training data, and the data evaluated after each epoch.
+        splits: Box<Splits>,
+        /// The device (in a browser: the page's WebGPU device, initialized asynchronously, on
+        /// the page's adapter).
+        device: SelectedDevice,
     },
     /// Train in a worker process (`vramfit train --worker`, see [`crate::worker_process`]), so a
     /// driver crash ends the job, not the client. Its events are relayed, its other output comes
@@ -420,8 +420,8 @@ impl Session {
     ///
     /// # Errors
     /// [`Error::Crashed`] when the engine thread is gone or no supervisor thread can start.
-    pub fn submit(&self, job: Job) -> Result<()> {
-        match &job {
+    pub fn submit(&self, mut job: Job) -> Result<()> {
+        match &mut job {
             Job::Train { request, .. } => {
                 self.stop.clear();
                 self.budget.set(request.config.memory.memory_budget_bytes);
@@ -429,6 +429,7 @@ impl Session {
             Job::TrainInMemory { request, .. } => {
                 self.stop.clear();
                 self.budget.set(request.config.memory.memory_budget_bytes);
+                request.live_budget = Some(self.budget.clone());
             }
             Job::TrainInWorker(w) => {
                 self.worker_stop.clear();
@@ -672,8 +673,8 @@ impl Engine {
 /// in a browser (only a page hands it here).
 async fn run_async(job: Job, sink: EventSink<'_>, stop: &StopSignal) -> Result<JobOutput> {
     match job {
-        Job::TrainInMemory { request, train, val, device } => {
-            let trained = crate::train_in_memory::train_in_memory(&request, train, val, &device, sink, stop).await?;
+        Job::TrainInMemory { request, splits, device } => {
+            let trained = crate::train::train_in_memory(&request, &splits, &device, sink, stop).await?;
             Ok(JobOutput::TrainedInMemory(Box::new(trained)))
         }
         Job::PredictWith { predictor, images, top_k, thumbnails } => {

@@ -23,7 +23,7 @@ use wasm_bindgen::prelude::*;
 
 use crate::config::{Config, Precision};
 use crate::dataset;
-use crate::device::AdapterInfo;
+use crate::device::{AdapterInfo, SelectedDevice};
 use crate::error::Error;
 use crate::events::{Event, StopSignal};
 use crate::export;
@@ -31,7 +31,7 @@ use crate::gui::{AppOptions, InMemoryTraining, Settings, VramfitApp};
 use crate::image_io::ImageFault;
 use crate::infer::Predictor;
 use crate::memory;
-use crate::train_in_memory::{InMemoryRequest, train_in_memory};
+use crate::train::{InMemoryRequest, train_in_memory};
 
 /// Classes of the bundled data (Fashion-MNIST).
 const CLASSES: usize = dataset::FASHION_MNIST_CLASSES.len();
@@ -105,30 +105,36 @@ pub async fn train_quickstart(steps: u32, on_step: js_sys::Function) -> Result<j
         allow_empty_classes: false,
     })
     .map_err(js_error)?;
-    let (train, test) = (Arc::new(splits.train), Arc::new(splits.val));
     // The epochs the steps span: the schedule spans whole epochs (as a native run capped with
     // --max-steps), so it decays to its end only when `steps` is a whole number of epochs.
     let mut config = config;
-    let steps_per_epoch = crate::schedule::steps_per_epoch(train.samples.len(), &config.train);
+    let steps_per_epoch = crate::schedule::steps_per_epoch(splits.train.samples.len(), &config.train);
     config.train.epochs = (steps as usize).div_ceil(steps_per_epoch.max(1)).max(1);
-    let request =
-        InMemoryRequest { config: config.clone(), max_steps: Some(steps as usize), buffer_limit: Some(limit) };
-    let mut last_loss = f32::NAN;
+    // The page plots every step's memory.
+    config.train.memory_sample_every = 1;
+    let mut request = InMemoryRequest::new(config.clone());
+    request.max_steps = Some(steps as usize);
+    let selected = SelectedDevice::on_adapter(device.clone(), adapter);
+    // A step's memory is sampled after its first forward pass, before the step ends: the
+    // callback goes with the step's own Step event.
+    let mut memory = None;
     let mut sink = |e: Event| match e {
-        Event::Step { loss, .. } => last_loss = loss,
-        Event::Memory { step, bytes_in_use, bytes_reserved, .. } => {
-            let _ = on_step.call4(
-                &JsValue::NULL,
-                &JsValue::from(step as u32),
-                &JsValue::from(last_loss),
-                &JsValue::from(bytes_in_use as f64),
-                &JsValue::from(bytes_reserved as f64),
-            );
+        Event::Memory { step, bytes_in_use, bytes_reserved, .. } => memory = Some((step, bytes_in_use, bytes_reserved)),
+        Event::Step { step, loss, .. } => {
+            if let Some((_, bytes_in_use, bytes_reserved)) = memory.filter(|m| m.0 == step) {
+                let _ = on_step.call4(
+                    &JsValue::NULL,
+                    &JsValue::from(step as u32),
+                    &JsValue::from(loss),
+                    &JsValue::from(bytes_in_use as f64),
+                    &JsValue::from(bytes_reserved as f64),
+                );
+            }
         }
         _ => {}
     };
     let trained =
-        train_in_memory(&request, train, test, &device, &mut sink, &StopSignal::new()).await.map_err(js_error)?;
+        train_in_memory(&request, &splits, &selected, &mut sink, &StopSignal::new()).await.map_err(js_error)?;
     let val = trained.end.val.clone().ok_or_else(|| js_error("the run ended without an evaluation"))?;
     let files =
         export::model_files_async(&trained.model, &trained.metadata, &Default::default()).await.map_err(js_error)?;

@@ -102,9 +102,9 @@ impl Renderer {
             }
             Event::Info(s) => self.println(s.clone()),
             Event::Finished(_) => {} // the command prints its own summary
-            Event::BatchAdapted { batch_size, grad_accum_steps, reason } => {
+            Event::BatchAdapted { micro_batch, grad_accum_steps, reason } => {
                 self.println(format!(
-                    "memory: micro-batch now {batch_size} x {grad_accum_steps} accumulation steps ({reason})"
+                    "memory: micro-batch now {micro_batch} x {grad_accum_steps} accumulation steps ({reason})"
                 ));
             }
         }
@@ -127,9 +127,10 @@ fn epoch_line(event: &Event) -> String {
     };
     let skipped = if *skipped > 0 { format!(", {skipped} files skipped") } else { String::new() };
     format!(
-        "epoch {}: train loss {train_loss:.4} acc {:.2}% | val loss {} acc {} | {secs:.1} s ({data_wait_secs:.1} s waiting for data){skipped}",
+        "epoch {}: train loss {} acc {} | val loss {} acc {} | {secs:.1} s ({data_wait_secs:.1} s waiting for data){skipped}",
         epoch + 1,
-        train_accuracy * 100.0,
+        crate::eval::loss_or_na(train_loss.unwrap_or(f32::NAN)),
+        crate::eval::percent_or_na(train_accuracy.unwrap_or(f32::NAN)),
         crate::eval::loss_or_na(*val_loss),
         crate::eval::percent_or_na(*val_accuracy)
     )

@@ -3,6 +3,7 @@
 //! tests drive the app the way its widgets do.
 
 use super::*;
+use crate::device::SelectedDevice;
 use crate::session::{Job, JobKind, JobOutput};
 use crate::worker_process::{TrainingSpec, WorkerJob};
 
@@ -180,9 +181,9 @@ impl VramfitApp {
             return;
         }
         let Ok(splits) = &self.data else { return };
-        let (train, val) = (std::sync::Arc::new(splits.train.clone()), std::sync::Arc::new(splits.val.clone()));
-        let (device, buffer_limit) = match (self.device_choice(), in_memory.gpu) {
-            (DeviceChoice::Gpu(Some(i)), Some(gpu)) => (gpu, Some(self.adapters[i].buffer_limit())),
+        let splits = Box::new(splits.clone());
+        let device = match (self.device_choice(), in_memory.gpu) {
+            (DeviceChoice::Gpu(Some(i)), Some(gpu)) => SelectedDevice::on_adapter(gpu, self.adapters[i].clone()),
             (DeviceChoice::Gpu(_), None) => {
                 self.error = Some("this app trains in memory on the CPU only: select CPU".into());
                 return;
@@ -193,15 +194,14 @@ impl VramfitApp {
                 self.error = Some("in a browser the app trains on the page's WebGPU adapter: select it".into());
                 return;
             }
-            (_, _) => (self.settings.cpu_backend.device(), None),
+            (_, _) => SelectedDevice::on_cpu(self.settings.cpu_backend),
         };
-        let request = crate::train_in_memory::InMemoryRequest {
-            config: self.settings.config.clone(),
-            max_steps: self.options.max_steps,
-            buffer_limit,
-        };
+        let mut request = crate::train::InMemoryRequest::new(self.settings.config.clone());
+        request.max_steps = self.options.max_steps;
+        // The page's plots show every step's memory sample, as the page itself does.
+        request.config.train.memory_sample_every = 1;
         self.history = RunHistory::default();
-        if self.submit(Job::TrainInMemory { request: Box::new(request), train, val, device }) {
+        if self.submit(Job::TrainInMemory { request: Box::new(request), splits, device }) {
             self.in_flight.training = true;
             self.last_run = None;
             self.error = None;

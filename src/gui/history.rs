@@ -72,9 +72,10 @@ impl RunHistory {
                     self.val_accuracy.push([x, *val_accuracy as f64]);
                 }
                 self.log.push(format!(
-                    "epoch {}: train loss {train_loss:.3} acc {:.1}%, val loss {} acc {} ({secs:.0} s)",
+                    "epoch {}: train loss {} acc {}, val loss {} acc {} ({secs:.0} s)",
                     epoch + 1,
-                    train_accuracy * 100.0,
+                    crate::eval::loss_or_na(train_loss.unwrap_or(f32::NAN)),
+                    crate::eval::percent_or_na(train_accuracy.unwrap_or(f32::NAN)),
                     crate::eval::loss_or_na(*val_loss),
                     crate::eval::percent_or_na(*val_accuracy)
                 ));
@@ -87,10 +88,10 @@ impl RunHistory {
             }
             Event::Info(s) => self.log.push(s.clone()),
             Event::Finished(_) => {} // the job's result (`session::JobOutput`) carries it
-            Event::BatchAdapted { batch_size, grad_accum_steps, reason } => {
-                self.micro_batch = Some((*batch_size, *grad_accum_steps));
+            Event::BatchAdapted { micro_batch, grad_accum_steps, reason } => {
+                self.micro_batch = Some((*micro_batch, *grad_accum_steps));
                 self.batch_halvings.push(self.last_step);
-                self.log.push(format!("memory: micro-batch {batch_size} x {grad_accum_steps} ({reason})"))
+                self.log.push(format!("memory: micro-batch {micro_batch} x {grad_accum_steps} ({reason})"))
             }
         }
     }
@@ -137,8 +138,8 @@ mod tests {
         h.push(&Event::Memory { step: 2, bytes_in_use: 3 << 20, bytes_reserved: 4 << 20, peak_bytes_in_use: 3 << 20 });
         let end = |val: f32| Event::EpochEnd {
             epoch: 0,
-            train_loss: 1.5,
-            train_accuracy: 0.5,
+            train_loss: Some(1.5),
+            train_accuracy: Some(0.5),
             val_loss: val,
             val_accuracy: val,
             secs: 1.0,
@@ -177,7 +178,7 @@ mod tests {
         });
         assert_eq!(h.micro_batch, Some((32, 1)));
         h.push(&step(3, 1.0));
-        h.push(&Event::BatchAdapted { batch_size: 16, grad_accum_steps: 2, reason: "over the budget".into() });
+        h.push(&Event::BatchAdapted { micro_batch: 16, grad_accum_steps: 2, reason: "over the budget".into() });
         assert_eq!((h.micro_batch, h.batch_halvings.clone()), (Some((16, 2)), vec![3]));
         assert!(h.log.last().unwrap().contains("micro-batch 16 x 2 (over the budget)"));
     }

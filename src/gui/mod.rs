@@ -98,7 +98,7 @@ impl Default for AppOptions {
     }
 }
 
-/// Training in the app's own process without a run folder ([`crate::train_in_memory`]): the
+/// Training in the app's own process without a run folder ([`crate::train::train_in_memory`]): the
 /// browser's way, where there is no disk and no worker process. Resume, evaluation of a
 /// checkpoint and export from a run folder are not available then.
 #[derive(Clone, Debug, Default)]

@@ -1,11 +1,20 @@
-//! Phase 5 of a training run: one epoch of optimizer steps, with the retry at half the
-//! micro-batch when the device refuses a step, the budget held after each memory sample, and a
-//! row of `metrics.csv` per step.
+//! Phase 5 of a training run, for both stores: one epoch of optimizer steps, with the retry at
+//! half the micro-batch when the device refuses a step, the budget held after each memory
+//! sample, and each step recorded (its [`Event::Step`], and a `metrics.csv` row in a run folder).
+//!
+//! The order inside the loop is the run's contract with its clients: the step's loader batches
+//! are gathered; Stop is honoured (before the step, so a stop ends the run without starting the
+//! next step, which on a GPU may compile for minutes); the step runs, sampling memory after its
+//! first forward pass where sampled; the step is recorded; then the first-shape cleanup, the
+//! budget check, the periodic checkpoint and the step cap.
 
+use std::path::PathBuf;
 use std::sync::Arc;
 use web_time::Instant;
 
-use super::{METRICS_HEADER, Run, csv_append};
+use super::run::{Run, Store};
+use super::run_folder::{METRICS_HEADER, csv_append};
+use super::step::{StepError, StepStats};
 use crate::checkpoint;
 use crate::config::Config;
 use crate::dataset::{Dataset, Splits};
@@ -14,7 +23,6 @@ use crate::events::{Event, EventSink, LiveBudget, StopSignal};
 use crate::loader::{self, Batch, SamplePipeline};
 use crate::memory::{MemoryTracker, human_bytes};
 use crate::run_dir;
-use crate::trainer::{StepError, StepStats};
 
 /// The data of every epoch: datasets and their pipelines (augmented for training).
 pub(super) struct EpochData {
@@ -22,14 +30,22 @@ pub(super) struct EpochData {
     pub(super) val: Arc<Dataset>,
     pub(super) train_pipe: Arc<SamplePipeline>,
     pub(super) eval_pipe: Arc<SamplePipeline>,
+    /// The dataset folder, for errors about the data.
+    pub(super) root: PathBuf,
+    /// Batches are built on loader threads (a run folder) or on the calling thread (memory).
+    threads: bool,
 }
 
 impl EpochData {
-    /// The run's datasets and pipelines; training and evaluation share one decoded-image cache
-    /// (their resized images are the same). Training batches go to the device's augmentation
-    /// kernel when `augment_on_device` ([`crate::device_augment::augments_on_device`]).
-    pub(super) fn new(splits: &Splits, config: &Config, augment_on_device: bool) -> Self {
-        let cache = crate::image_cache::ImageCache::from_config(&config.data).map(Arc::new);
+    /// The run's datasets and pipelines. In a run folder, training and evaluation share one
+    /// decoded-image cache (their resized images are the same) and training batches go to the
+    /// device's augmentation kernel when `augment_on_device`
+    /// ([`crate::device_augment::augments_on_device`]); in memory, neither (see
+    /// [`Store::Memory`]).
+    pub(super) fn new(splits: &Splits, config: &Config, augment_on_device: bool, store: Store<'_>) -> Self {
+        let threads = matches!(store, Store::Folder { .. });
+        let cache =
+            if threads { crate::image_cache::ImageCache::from_config(&config.data).map(Arc::new) } else { None };
         Self {
             train: Arc::new(splits.train.clone()),
             val: Arc::new(splits.val.clone()),
@@ -39,6 +55,23 @@ impl EpochData {
                     .with_device_augment(augment_on_device),
             ),
             eval_pipe: Arc::new(SamplePipeline::from_config(config, false).with_cache(cache)),
+            root: splits.root.clone(),
+            threads,
+        }
+    }
+
+    /// The batches of one training pass.
+    fn batches(&self, pass: loader::Pass, config: &Config) -> loader::BatchIter {
+        if self.threads {
+            loader::batches(
+                self.train.clone(),
+                self.train_pipe.clone(),
+                pass,
+                config.data.workers,
+                config.data.prefetch_batches,
+            )
+        } else {
+            loader::batches_on_this_thread(self.train.clone(), self.train_pipe.clone(), pass)
         }
     }
 }
@@ -46,94 +79,88 @@ impl EpochData {
 /// Sums over one epoch's steps, for its summary.
 #[derive(Default)]
 pub(super) struct EpochTotals {
+    /// Sum over applied steps of loss x images, and of accuracy x images.
     pub(super) loss: f64,
     pub(super) correct: f64,
+    /// Images of the applied steps.
     pub(super) images: usize,
+    /// Loader batches this invocation trained on (0 for an epoch resumed at its end).
+    pub(super) batches: usize,
     pub(super) skipped: usize,
     /// Seconds the loop waited for the loader's next batch (the device idle for want of data).
     pub(super) data_wait_secs: f64,
 }
 
+impl EpochTotals {
+    /// The epoch's mean training loss and accuracy; `None` when this invocation trained no image
+    /// of it (an epoch resumed at its end): never a NaN.
+    pub(super) fn means(&self) -> (Option<f32>, Option<f32>) {
+        if self.images == 0 {
+            return (None, None);
+        }
+        let n = self.images as f64;
+        (Some((self.loss / n) as f32), Some((self.correct / n) as f32))
+    }
+}
+
 impl Run<'_> {
     /// Phase 5: one epoch's optimizer steps (from where a resumed epoch left off); sets
-    /// `summary.stopped` when Stop or the step cap ended it early (after a checkpoint).
-    pub(super) fn train_epoch(&mut self, data: &EpochData, sink: EventSink, stop: &StopSignal) -> Result<EpochTotals> {
+    /// `summary.stopped` when Stop or the step cap ended it early (after a checkpoint, in a run
+    /// folder). A stop or cap falling on the epoch's last step leaves the epoch to end.
+    pub(super) async fn train_epoch(
+        &mut self,
+        data: &EpochData,
+        sink: EventSink<'_>,
+        stop: &StopSignal,
+    ) -> Result<EpochTotals> {
         let epoch = self.trainer.state.epoch;
         let skip = self.trainer.state.batches_done_in_epoch;
         let pass = loader::Pass::training_epoch(
             data.train.samples.len(),
-            self.batch_size,
+            self.loader_batch,
             self.config.seed,
             epoch as u64,
             skip,
         );
-        let mut batches = loader::batches(
-            data.train.clone(),
-            data.train_pipe.clone(),
-            pass,
-            self.config.data.workers,
-            self.config.data.prefetch_batches,
-        );
+        let mut batches = data.batches(pass, &self.config);
         let mut totals = EpochTotals::default();
-        let mut pending: Vec<Batch> = Vec::with_capacity(self.accum);
         let mut batch_index = skip;
-        let mut step_start = Instant::now();
-        let mut step_wait_secs = 0.0;
         loop {
-            let wait = Instant::now();
-            let Some(batch) = batches.next() else { break };
-            step_wait_secs += wait.elapsed().as_secs_f64();
-            batch_index += 1;
-            for (source, reason) in &batch.skipped {
-                sink(Event::SampleSkipped { source: source.to_string(), reason: reason.to_string() });
+            let mut step_wait_secs = 0.0;
+            let step_start = Instant::now();
+            let mut pending: Vec<Batch> = Vec::with_capacity(self.accum);
+            while pending.len() < self.accum {
+                let wait = Instant::now();
+                let Some(batch) = batches.next() else { break };
+                step_wait_secs += wait.elapsed().as_secs_f64();
+                batch_index += 1;
+                self.report_batch(&batch, epoch, &mut totals, sink);
+                pending.push(batch);
             }
-            totals.skipped += batch.skipped.len();
-            if epoch == 0 {
-                for source in &batch.flat {
-                    sink(Event::Warning(format!("{source} is one flat colour: a blank or wrongly decoded image?")));
-                }
+            if pending.is_empty() {
+                break; // the epoch is over
             }
-            pending.push(batch);
-            if pending.len() < self.accum && batch_index < self.n_batches {
-                continue;
+            if stop.is_set() {
+                self.summary.stopped = true;
+                self.save_checkpoint(sink)?;
+                break;
             }
             let sample_now = self.device.is_gpu()
                 && (self.config.memory.cap_to_budget
                     || self.trainer.state.global_step.is_multiple_of(self.config.train.memory_sample_every));
-            let stats = self.step_with_retry(&pending, sample_now, sink)?;
+            let stats = self.step_with_retry(&pending, sample_now, sink).await?;
             self.trainer.state.batches_done_in_epoch += pending.len();
-            pending.clear();
-            let secs = step_start.elapsed().as_secs_f64();
-            step_start = Instant::now();
+            totals.batches += pending.len();
             totals.data_wait_secs += step_wait_secs;
-            let waited = std::mem::take(&mut step_wait_secs);
             if stats.images == 0 {
                 continue;
             }
-            self.record_step(&stats, (secs, waited), sample_now, &mut totals, sink)?;
-            if std::mem::take(&mut self.new_shape) && self.device.is_gpu() {
-                // The first step at a new shape (the run's first, or the first after a halving)
-                // autotunes its kernels with buffers of its own: their pages go back and the
-                // step's readings are dropped, so the run holds, and is measured against the
-                // budget at, the plan's steady state.
-                self.trainer.device.memory_cleanup();
-                self.trainer.tracker = MemoryTracker::default();
-            }
-            if sample_now && !self.config.memory.cap_to_budget {
-                // Under a cap the next step's own check fails it instead, as the card would.
-                self.hold_budget(sink);
-            }
-            let every = self.config.train.checkpoint_every_steps;
-            let last_of_epoch = batch_index >= self.n_batches; // the epoch-end checkpoint follows
-            if every > 0 && stats.applied && self.trainer.state.global_step.is_multiple_of(every) && !last_of_epoch {
-                let dir = self.trainer.save(self.out())?;
-                sink(Event::Checkpoint { path: dir });
-            }
-            let capped = self.req.max_steps.is_some_and(|m| self.trainer.state.global_step >= m);
-            if stop.is_set() || capped {
-                let dir = self.trainer.save(self.out())?;
-                sink(Event::Checkpoint { path: dir });
+            let secs = step_start.elapsed().as_secs_f64();
+            self.record_step(&stats, (secs, step_wait_secs), sample_now, &mut totals, sink)?;
+            self.after_step(&stats, sample_now, batch_index >= self.n_batches, sink)?;
+            if self.capped() && batch_index < self.n_batches {
                 self.summary.stopped = true;
+                self.save_checkpoint(sink)?;
                 break;
             }
         }
@@ -142,21 +169,59 @@ impl Run<'_> {
         Ok(totals)
     }
 
+    /// A loader batch taken: its skipped samples reported and counted, and in the first epoch
+    /// its flat images warned about.
+    fn report_batch(&self, batch: &Batch, epoch: usize, totals: &mut EpochTotals, sink: EventSink) {
+        for (source, reason) in &batch.skipped {
+            sink(Event::SampleSkipped { source: source.to_string(), reason: reason.to_string() });
+        }
+        totals.skipped += batch.skipped.len();
+        if epoch == 0 {
+            for source in &batch.flat {
+                sink(Event::Warning(format!("{source} is one flat colour: a blank or wrongly decoded image?")));
+            }
+        }
+    }
+
+    /// After a recorded step: the first step at a new shape hands its autotune pages back, a
+    /// memory sample is held against the budget, and a run folder gets its periodic checkpoint
+    /// (not on the epoch's last step, whose epoch-end checkpoint follows).
+    fn after_step(&mut self, stats: &StepStats, sampled: bool, last_of_epoch: bool, sink: EventSink) -> Result<()> {
+        if std::mem::take(&mut self.new_shape) && self.device.is_gpu() {
+            // The first step at a new shape (the run's first, or the first after a halving)
+            // autotunes its kernels with buffers of its own: their pages go back and the
+            // step's readings are dropped, so the run holds, and is measured against the
+            // budget at, the plan's steady state.
+            self.trainer.device.memory_cleanup();
+            self.trainer.tracker = MemoryTracker::default();
+        }
+        if sampled && !self.config.memory.cap_to_budget {
+            // Under a cap the next step's own check fails it instead, as the card would.
+            self.hold_budget(sink);
+        }
+        let every = self.config.train.checkpoint_every_steps;
+        if every > 0 && stats.applied && self.trainer.state.global_step.is_multiple_of(every) && !last_of_epoch {
+            self.save_checkpoint(sink)?;
+        }
+        Ok(())
+    }
+
     /// One optimizer step; when the device refuses it (allocation, buffer limit) the micro-batch
     /// halves and the same step is retried, down to micro-batch 1.
-    fn step_with_retry(&mut self, pending: &[Batch], sample_now: bool, sink: EventSink) -> Result<StepStats> {
+    async fn step_with_retry(&mut self, pending: &[Batch], sample_now: bool, sink: EventSink<'_>) -> Result<StepStats> {
         if self.config.memory.cap_to_budget {
             self.trainer.memory_cap = Some(self.budget());
         }
         loop {
-            // The run's first step, and its retries at half, run outside the pools (see
-            // `Trainer::step_outside_the_pools`); once a step has trained, a halving's retry
-            // stays in them: its buffers would come on top of the pool pages the live tensors
-            // of the earlier steps hold, over the cap that halved it.
-            let step = if self.images_trained == 0 && self.device.is_gpu() {
+            // The run's first step, and its retries at half, run outside the pools natively (see
+            // `Trainer::step_outside_the_pools`; a page cannot wait synchronously and has no
+            // autotuner); once a step has trained, a halving's retry stays in them: its buffers
+            // would come on top of the pool pages the live tensors of the earlier steps hold,
+            // over the cap that halved it.
+            let step = if self.images_trained == 0 && self.device.is_gpu() && !cfg!(target_arch = "wasm32") {
                 self.trainer.step_outside_the_pools(pending, sample_now, sink)
             } else {
-                self.trainer.step(pending, sample_now, sink)
+                self.trainer.step_async(pending, sample_now, sink).await
             };
             match step {
                 Ok(s) => return Ok(s),
@@ -164,10 +229,7 @@ impl Run<'_> {
                 Err(StepError::Device(msg)) => {
                     let (micro, _) = self.micro_batch();
                     if micro <= 1 {
-                        return Err(Error::Device(format!(
-                            "the device failed even at micro-batch 1 ({msg}); the last checkpoint in {} is intact — lower crop_size or use --device cpu",
-                            checkpoint::checkpoints_dir(self.out()).display()
-                        )));
+                        return Err(Error::Device(self.failed_at_one(&msg)));
                     }
                     self.halve_micro_batch(
                         format!("the device refused the step at micro-batch {micro} ({msg}); retrying it at half"),
@@ -178,12 +240,17 @@ impl Run<'_> {
         }
     }
 
-    /// The micro-batch in use and its accumulation steps: the loader's batch split
-    /// `split_factor` ways (the one place this is computed; clients get it in
-    /// [`Event::Started`] and [`Event::BatchAdapted`]).
-    pub(super) fn micro_batch(&self) -> (usize, usize) {
-        let split = self.trainer.state.split_factor;
-        (self.batch_size.div_ceil(split), self.accum * split)
+    /// The error of a step the device refused at micro-batch 1: what is kept, and the fixes.
+    fn failed_at_one(&self, msg: &str) -> String {
+        match self.options.store {
+            Store::Folder { out, .. } => format!(
+                "the device failed even at micro-batch 1 ({msg}); the last checkpoint in {} is intact — lower crop_size or use --device cpu",
+                checkpoint::checkpoints_dir(out).display()
+            ),
+            Store::Memory => {
+                format!("the device failed even at micro-batch 1 ({msg}); lower crop_size or train on the CPU")
+            }
+        }
     }
 
     /// Halves the micro-batch from the next step (the accumulation doubles, so the effective
@@ -194,12 +261,14 @@ impl Run<'_> {
         // The readings were of the refused shape; the next step is the first at the new one.
         self.trainer.tracker = MemoryTracker::default();
         self.new_shape = true;
-        let (batch_size, grad_accum_steps) = self.micro_batch();
-        sink(Event::BatchAdapted { batch_size, grad_accum_steps, reason });
+        let (micro_batch, grad_accum_steps) = self.micro_batch();
+        sink(Event::BatchAdapted { micro_batch, grad_accum_steps, reason });
     }
 
-    /// A finished step: counters, the Step event and its metrics.csv row. `(secs,
-    /// data_wait_secs)`: the step's wall time, and the part of it spent waiting for batches.
+    /// A finished step: its totals, the [`Event::Step`] and, in a run folder, its `metrics.csv`
+    /// row. `(secs, data_wait_secs)`: the step's wall time, and the part of it spent waiting for
+    /// batches. A step skipped by the f16 loss scaler has no step number of its own: it is not
+    /// recorded (its warning was sent) and its loss counts nowhere.
     fn record_step(
         &mut self,
         stats: &StepStats,
@@ -208,14 +277,15 @@ impl Run<'_> {
         totals: &mut EpochTotals,
         sink: EventSink,
     ) -> Result<()> {
-        if stats.applied {
-            self.trainer.state.global_step += 1;
+        if !stats.applied {
+            return Ok(());
         }
         let (step, epoch) = (self.trainer.state.global_step, self.trainer.state.epoch);
         self.train_secs += secs;
         self.images_trained += stats.images;
-        totals.loss += stats.loss as f64 * stats.images as f64;
-        totals.correct += stats.accuracy as f64 * stats.images as f64;
+        self.losses.push(stats.loss);
+        totals.loss += f64::from(stats.loss) * stats.images as f64;
+        totals.correct += f64::from(stats.accuracy) * stats.images as f64;
         totals.images += stats.images;
         let lr = self.trainer.schedule.lr(step.saturating_sub(1));
         let ips = stats.images as f64 / secs.max(1e-9);
@@ -228,10 +298,7 @@ impl Run<'_> {
             images_per_sec: ips,
             data_wait_secs,
         });
-        // A step skipped by the f16 loss scaler has no step number of its own: no CSV row.
-        if !stats.applied {
-            return Ok(());
-        }
+        let Store::Folder { out, .. } = self.options.store else { return Ok(()) };
         let t = &self.trainer.tracker;
         let (in_use, reserved) = if sampled {
             (t.peak_bytes_in_use.to_string(), t.peak_bytes_reserved.to_string())
@@ -239,7 +306,7 @@ impl Run<'_> {
             (String::new(), String::new())
         };
         csv_append(
-            &self.out().join(run_dir::METRICS_CSV),
+            &out.join(run_dir::METRICS_CSV),
             METRICS_HEADER,
             &format!("{step},{epoch},{},{},{lr:e},{ips:.1},{in_use},{reserved}", stats.loss, stats.accuracy),
         )
@@ -247,7 +314,7 @@ impl Run<'_> {
 
     /// The budget now: the client's live value, else the config's.
     fn budget(&self) -> u64 {
-        self.req.live_budget.as_ref().map_or(self.config.memory.memory_budget_bytes, LiveBudget::get)
+        self.options.live_budget.map_or(self.config.memory.memory_budget_bytes, LiveBudget::get)
     }
 
     /// After a memory sample: when the measured peak crossed the (live) budget, the micro-batch

@@ -218,9 +218,9 @@ fn gui_trains_stops_evaluates_resumes_and_exports() {
     harness.get_by_label("Evaluation").click();
     harness.step(); // the click records the command, applied after this frame
     harness.step();
+    assert!(harness.state().evaluation().is_none(), "no evaluation before the click");
     harness.get_by_label("Evaluate latest checkpoint").click();
     harness.step();
-    assert!(harness.state().evaluating() || harness.state().evaluation().is_some());
     step_until(&mut harness, "the evaluation", |a| !a.evaluating());
     let eval = harness.state().evaluation().cloned().unwrap_or_else(|| panic!("{:?}", harness.state().error()));
     assert_eq!((eval.samples, eval.class_names.len()), (bundled().val.samples.len(), 10));

@@ -128,9 +128,14 @@ fn c07_truncated_and_corrupt_files() {
         let err = load("C07", bad).err().unwrap_or_else(|| panic!("{bad} decoded without an error")).to_string();
         assert!(err.contains(bad), "{err}");
     }
-    // Bit flips: Ok or a per-file error, never a panic.
-    if let Err(e) = load("C07", "corrupt_bitflip.jpg") {
-        assert!(e.to_string().contains("corrupt_bitflip.jpg"));
+    // Bit flips: the baseline's size with pixels that differ from it, or a per-file error;
+    // never a panic.
+    match load("C07", "corrupt_bitflip.jpg") {
+        Ok(img) => {
+            assert_eq!(img.dimensions(), ok.dimensions());
+            assert_ne!(img.as_raw(), ok.as_raw(), "a flipped bit changes some pixels");
+        }
+        Err(e) => assert!(e.to_string().contains("corrupt_bitflip.jpg"), "{e}"),
     }
 }
 

@@ -68,7 +68,7 @@ fn a_capped_pool_fails_the_step_over_the_budget_and_it_is_retried_at_half() {
             budget.set(lowered_to);
         }
         Event::Step { step, .. } => steps.push(step),
-        Event::BatchAdapted { batch_size, reason, .. } => adapted.push((steps.len(), batch_size, reason)),
+        Event::BatchAdapted { micro_batch, reason, .. } => adapted.push((steps.len(), micro_batch, reason)),
         _ => {}
     };
     let s = train::train(&req, &device, &splits, &mut sink, &StopSignal::new()).unwrap();
@@ -178,15 +178,15 @@ fn card_of(budget: u64) {
         assert!(!reserved.is_empty() && reserved.iter().all(|&r| r <= budget), "{name}: reserved {reserved:?}");
         // The effective batch is kept, or exceeded by less than one micro-batch when it has no
         // divisor near the fit (a prime: `memory::Plan::fit_batch_size`).
-        let (effective, trained) = (config.train.batch_size, s.batch_size * s.grad_accum_steps);
+        let (effective, trained) = (config.train.batch_size, s.micro_batch * s.grad_accum_steps);
         assert!(
-            trained >= effective && trained < effective + s.batch_size,
+            trained >= effective && trained < effective + s.micro_batch,
             "{name}: {} x {}",
-            s.batch_size,
+            s.micro_batch,
             s.grad_accum_steps
         );
         if auto_fit {
-            assert!(s.batch_size < over, "{name}: {} x {}", s.batch_size, s.grad_accum_steps);
+            assert!(s.micro_batch < over, "{name}: {} x {}", s.micro_batch, s.grad_accum_steps);
         }
     }
 }

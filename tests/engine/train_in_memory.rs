@@ -6,7 +6,7 @@ use std::sync::Arc;
 use egui_kittest::Harness;
 use vramfit::gui::{AppOptions, Command, InMemoryTraining, Settings, VramfitApp};
 use vramfit::session::{Job, JobOutput, Session};
-use vramfit::train_in_memory::InMemoryRequest;
+use vramfit::train::InMemoryRequest;
 
 use super::*;
 
@@ -17,22 +17,18 @@ use super::*;
 /// evaluation says.
 #[test]
 fn in_memory_training_learns_and_reports_as_the_run_folder_loop_does() {
-    let splits = bundled();
-    let mut train = splits.train.clone();
-    train.samples.truncate(640);
-    let mut val = splits.val.clone();
-    val.samples.truncate(300);
+    let mut splits = bundled();
+    splits.train.samples.truncate(640);
+    splits.val.samples.truncate(300);
+    let val = splits.val.clone();
     let mut config = quickstart();
     config.train.epochs = 2;
     config.train.batch_size = 32;
-    let request = InMemoryRequest { config, max_steps: None, buffer_limit: None };
+    config.train.memory_sample_every = 1;
+    let request = InMemoryRequest::new(config);
     let session = Session::start(|| {}).unwrap();
-    let job = Job::TrainInMemory {
-        request: Box::new(request),
-        train: Arc::new(train),
-        val: Arc::new(val.clone()),
-        device: CpuBackend::Flex.device(),
-    };
+    let flex = SelectedDevice::on_cpu(CpuBackend::Flex);
+    let job = Job::TrainInMemory { request: Box::new(request), splits: Box::new(splits), device: flex };
     let mut events = Vec::new();
     let output = session.run(job, &mut |e| events.push(e)).unwrap();
     let JobOutput::TrainedInMemory(trained) = output else { panic!("not a trained model: {output:?}") };
@@ -42,10 +38,10 @@ fn in_memory_training_learns_and_reports_as_the_run_folder_loop_does() {
     let steps: Vec<usize> =
         events.iter().filter_map(|e| if let Event::Step { step, .. } = e { Some(*step) } else { None }).collect();
     assert_eq!(steps, (1..=2 * steps_per_epoch).collect::<Vec<_>>());
-    // A memory sample per step where the device has pools to read (flex has none).
+    // Memory is sampled where the device has pools to read; flex has none.
     let memory = events.iter().filter(|e| matches!(e, Event::Memory { .. })).count();
-    let pooled = CpuBackend::Flex.device().memory_pool_usage().is_some();
-    assert_eq!(memory, if pooled { steps.len() } else { 0 });
+    assert!(CpuBackend::Flex.device().memory_pool_usage().is_none(), "flex has pools now: sample it");
+    assert_eq!(memory, 0);
     let val_accuracy: Vec<f32> = events
         .iter()
         .filter_map(|e| if let Event::EpochEnd { val_accuracy, .. } = e { Some(*val_accuracy) } else { None })
@@ -79,36 +75,32 @@ fn in_memory_training_learns_and_reports_as_the_run_folder_loop_does() {
 /// before the run ends it at once; a cap on an epoch's last step still completes that epoch.
 #[test]
 fn in_memory_training_stops_at_the_step_cap_and_at_a_stop() {
-    let splits = bundled();
+    let mut splits = bundled();
     let mut config = quickstart();
     config.train.batch_size = 16;
-    let mut val = splits.val.clone();
-    val.samples.truncate(64);
-    let (train, val) = (Arc::new(splits.train.clone()), Arc::new(val));
-    let device = CpuBackend::Flex.device();
-    let request = InMemoryRequest { config, max_steps: Some(3), buffer_limit: None };
+    splits.val.samples.truncate(64);
+    let device = SelectedDevice::on_cpu(CpuBackend::Flex);
+    let mut request = InMemoryRequest::new(config);
+    request.max_steps = Some(3);
     let mut sink = |_: Event| {};
     let no_stop = StopSignal::new();
-    let run =
-        vramfit::train_in_memory::train_in_memory(&request, train.clone(), val.clone(), &device, &mut sink, &no_stop);
+    let run = vramfit::train::train_in_memory(&request, &splits, &device, &mut sink, &no_stop);
     let trained = pollster::block_on(run).unwrap();
     assert!(trained.end.stopped && trained.end.global_step == 3 && trained.end.epochs_completed == 0);
     assert_eq!(trained.end.val.as_ref().unwrap().samples, 64, "evaluated at the cap");
     let stop = StopSignal::new();
     stop.stop();
-    let run =
-        vramfit::train_in_memory::train_in_memory(&request, train.clone(), val.clone(), &device, &mut sink, &stop);
+    let run = vramfit::train::train_in_memory(&request, &splits, &device, &mut sink, &stop);
     let trained = pollster::block_on(run).unwrap();
     assert!(trained.end.stopped && trained.end.global_step == 0);
     // A cap on an epoch's last step: that epoch ends (evaluated, completed), the run is stopped.
-    let mut small = (*train).clone();
-    small.samples.truncate(64);
-    let mut request = request;
+    let mut small = splits.clone();
+    small.train.samples.truncate(64);
     request.config.train.epochs = 2;
     request.max_steps = Some(4); // 64 images / batch 16 = one epoch
     let mut epoch_ends = 0;
     let mut count = |e: Event| epoch_ends += usize::from(matches!(e, Event::EpochEnd { .. }));
-    let run = vramfit::train_in_memory::train_in_memory(&request, Arc::new(small), val, &device, &mut count, &no_stop);
+    let run = vramfit::train::train_in_memory(&request, &small, &device, &mut count, &no_stop);
     let end = pollster::block_on(run).unwrap().end;
     assert_eq!((end.stopped, end.global_step, end.epochs_completed, epoch_ends), (true, 4, 1, 1));
 }
@@ -264,4 +256,72 @@ fn gui_trains_in_memory_on_a_folders_files_handed_over() {
     harness.state_mut().apply(Command::SetDataDir(None));
     let app = harness.state();
     assert_eq!((app.files_dataset(), app.data().unwrap().train.class_names.len()), (None, 10));
+}
+
+/// The event kinds of a run, in order, without the run folder's own ([`Event::Checkpoint`]).
+fn event_kinds(events: &[Event]) -> Vec<String> {
+    events
+        .iter()
+        .filter(|e| !matches!(e, Event::Checkpoint { .. }))
+        .map(|e| format!("{e:?}").split([' ', '(', '{']).next().unwrap_or_default().to_string())
+        .collect()
+}
+
+/// One tiny config through both stores of the one run loop: a run folder ([`train::train`])
+/// and memory ([`vramfit::train::train_in_memory`]). The event streams match kind by kind (the
+/// folder's checkpoints aside), with the same step numbers, and where the device computes
+/// deterministically the same losses.
+fn both_stores_report_the_same_run(device: &SelectedDevice) {
+    let mut splits = bundled();
+    splits.train.samples.truncate(96);
+    splits.val.samples.truncate(48);
+    let mut config = quickstart();
+    config.train.epochs = 2;
+    config.train.batch_size = 16;
+    config.train.grad_accum_steps = 2;
+    config.train.memory_sample_every = 2;
+    let dir = tempfile::tempdir().unwrap();
+    let mut folder_events = Vec::new();
+    let req = TrainRequest::new(config.clone(), dir.path().join("run"));
+    let summary = train::train(&req, device, &splits, &mut |e| folder_events.push(e), &StopSignal::new()).unwrap();
+    let mut memory_events = Vec::new();
+    let request = InMemoryRequest::new(config);
+    let mut sink = |e| memory_events.push(e);
+    let no_stop = StopSignal::new();
+    let trained = pollster::block_on(train::train_in_memory(&request, &splits, device, &mut sink, &no_stop)).unwrap();
+    assert_eq!(event_kinds(&folder_events), event_kinds(&memory_events));
+    let kinds = event_kinds(&memory_events);
+    assert_eq!(kinds.iter().filter(|k| *k == "Step").count(), 6, "96 images / (16 x 2) = 3 steps an epoch: {kinds:?}");
+    assert_eq!(kinds.iter().filter(|k| *k == "EpochEnd").count(), 2);
+    let samples = if device.is_gpu() { 3 } else { 0 }; // steps 1, 3, 5 (every 2nd, from 0)
+    assert_eq!(kinds.iter().filter(|k| *k == "Memory").count(), samples, "{kinds:?}");
+    assert!(folder_events.iter().any(|e| matches!(e, Event::Checkpoint { .. })), "the folder's checkpoints");
+    let steps = |events: &[Event]| -> Vec<(usize, usize)> {
+        events
+            .iter()
+            .filter_map(|e| if let Event::Step { step, epoch, .. } = e { Some((*step, *epoch)) } else { None })
+            .collect()
+    };
+    assert_eq!(steps(&folder_events), steps(&memory_events));
+    assert_eq!((summary.global_step, trained.end.global_step), (6, 6));
+    assert_eq!((summary.epochs_completed, trained.end.epochs_completed), (2, 2));
+    assert!(!summary.stopped && !trained.end.stopped && summary.export_dir.is_some());
+    if !device.is_gpu() {
+        let losses = |events: &[Event]| -> Vec<f32> {
+            events.iter().filter_map(|e| if let Event::Step { loss, .. } = e { Some(*loss) } else { None }).collect()
+        };
+        let (a, b) = (losses(&folder_events), losses(&memory_events));
+        assert!(a.iter().zip(&b).all(|(a, b)| (a - b).abs() <= 1e-4 * a.abs().max(1.0)), "{a:?} vs {b:?}");
+    }
+}
+
+#[test]
+fn both_stores_report_the_same_run_on_flex() {
+    both_stores_report_the_same_run(&SelectedDevice::on_cpu(CpuBackend::Flex));
+}
+
+#[test]
+fn gpu_both_stores_report_the_same_run_on_the_wgpu_adapter() {
+    let Some(device) = gpu() else { return };
+    both_stores_report_the_same_run(&device);
 }

@@ -1,20 +1,21 @@
 //! One optimizer step and what it needs: the model, AdamW, the schedule and the loop state on
-//! one device ([`Trainer`]); the loss; the NaN diagnosis; and the short runs built on a bare
-//! trainer (the overfit check, the throughput measurement).
+//! one device ([`Trainer`]); the loss; the NaN diagnosis; and the compute precision a device
+//! gives a config ([`precision_on`]).
 //!
-//! One optimizer step consumes `grad_accum_steps` loader batches of `batch_size` images. Each
-//! loader batch may be split into `split_factor` micro-batches when memory requires it (the
-//! budget was crossed, or the device refused an allocation); the loss of each micro-batch is
-//! weighted by its share of the step's images, so the gradient is the same whatever the split.
+//! One optimizer step consumes `grad_accum_steps` loader batches of `loader_batch` images
+//! (`train.batch_size`). Each loader batch may be split into `split_factor` micro-batches when
+//! memory requires it (the budget was crossed, or the device refused an allocation); the loss of
+//! each micro-batch is weighted by its share of the step's images, so the gradient is the same
+//! whatever the split. The step counter (`state.global_step`) is advanced here, by an applied
+//! update, and nowhere else.
 
 use crate::checkpoint::{self, TrainState};
 use crate::config::{Config, Precision};
-use crate::dataset::Dataset;
 use crate::device::SelectedDevice;
 use crate::error::{Error, Result};
-use crate::eval::{self, batch_tensors};
+use crate::eval::batch_tensors;
 use crate::events::{Event, EventSink};
-use crate::loader::{self, Batch, SamplePipeline};
+use crate::loader::Batch;
 use crate::memory::MemoryTracker;
 use crate::model::Classifier;
 use crate::precision::LossScaler;
@@ -22,10 +23,7 @@ use crate::schedule::WarmupCosine;
 use burn::module::{Module, ModuleVisitor, Param};
 use burn::optim::{AdamWConfig, GradientsAccumulator, GradientsParams, ModuleOptimizer};
 use burn::tensor::{Device, Int, Tensor, TensorData};
-use rand::SeedableRng;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
-use web_time::Instant;
 
 /// Result of one optimizer step.
 #[derive(Clone, Copy, Debug)]
@@ -299,6 +297,9 @@ impl Trainer {
         }
         let lr = self.schedule.lr(self.state.global_step);
         self.model = Some(self.optim.step(lr, model, grads));
+        if applied {
+            self.state.global_step += 1;
+        }
         Ok(StepStats { loss, accuracy, images: total, applied })
     }
 }
@@ -430,6 +431,17 @@ impl Trainer {
     }
 }
 
+/// The precision `config` trains in on `device`: its `train.precision`, except f16 on a device
+/// without shader f16, which trains in f32 (the one place this fallback is decided; the run sends
+/// the warning).
+pub(crate) fn precision_on(config: &Config, device: &SelectedDevice) -> Precision {
+    if config.train.precision == Precision::F16 && !device.supports_f16() {
+        Precision::F32
+    } else {
+        config.train.precision
+    }
+}
+
 /// The NaN guard's message: the values seen and the likely causes in order.
 fn diagnosis(loss: f32, grad_norm: f32, config: &Config, step: usize) -> String {
     format!(
@@ -444,244 +456,6 @@ fn diagnosis(loss: f32, grad_norm: f32, config: &Config, step: usize) -> String 
         config.data.mean,
         config.data.std
     )
-}
-
-/// Result of [`overfit_check`].
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct OverfitResult {
-    /// Optimizer steps taken.
-    pub steps: usize,
-    /// Accuracy on the 64 images afterwards (evaluation mode), 0..1.
-    pub accuracy: f32,
-    /// Whether accuracy reached 98%.
-    pub passed: bool,
-}
-
-/// Trains on 64 images (no augmentation, constant learning rate after a short warmup) for up to
-/// `steps` steps and checks the network can memorize them (>= 98% accuracy): a test of the whole
-/// pipeline, model and optimizer. It stops early once a whole pass of training batches was
-/// classified without error and an evaluation confirms the 98%.
-///
-/// # Errors
-/// As [`train`].
-pub fn overfit_check(
-    config: &Config,
-    device: &SelectedDevice,
-    data: &Dataset,
-    steps: usize,
-    sink: EventSink,
-) -> Result<OverfitResult> {
-    let subset = data.balanced_subset(64);
-    let mut cfg = config.clone();
-    cfg.augment = crate::config::AugmentConfig {
-        random_crop: false,
-        hflip: false,
-        color_jitter: 0.0,
-        random_erasing: 0.0,
-        on_device: false,
-    };
-    cfg.train.label_smoothing = 0.0;
-    cfg.train.batch_size = cfg.train.batch_size.min(32);
-    cfg.train.grad_accum_steps = 1;
-    cfg.optimizer.weight_decay = 0.0;
-    cfg.optimizer.min_lr_ratio = 1.0;
-    let n_batches = subset.samples.len().div_ceil(cfg.train.batch_size);
-    let precision = if cfg.train.precision == Precision::F16 && !device.supports_f16() {
-        Precision::F32
-    } else {
-        cfg.train.precision
-    };
-    let mut trainer = Trainer::new(&cfg, precision, &device.device, subset.class_names.clone(), steps, 0);
-    trainer.schedule.warmup_steps = 10.min(steps);
-    let ds = Arc::new(subset);
-    // The evaluations read the 64 images from RAM after the first.
-    let ram_only = crate::image_cache::ImageCache::new(1 << 30, 0, None);
-    let pipe = Arc::new(SamplePipeline::from_config(&cfg, false).with_cache(Some(Arc::new(ram_only))));
-    // Decode the 64 images once.
-    let pass = loader::Pass::in_order(ds.samples.len(), cfg.train.batch_size, cfg.seed);
-    let batches: Vec<Batch> = loader::batches(ds.clone(), pipe.clone(), pass, cfg.data.workers, 2).collect();
-    let settings = eval::EvalSettings {
-        model: &cfg.model,
-        batch_size: 64,
-        precision,
-        workers: cfg.data.workers,
-        buffer_limit: device.buffer_limit(),
-    };
-    let mut done = 0;
-    // Consecutive steps whose batch was classified without error (before its update).
-    let mut perfect_steps = 0;
-    while done < steps {
-        let batch = &batches[done % n_batches];
-        let stats = trainer.step(std::slice::from_ref(batch), false, sink)?;
-        if stats.applied {
-            trainer.state.global_step += 1;
-        }
-        done += 1;
-        sink(Event::Step {
-            step: done,
-            epoch: 0,
-            loss: stats.loss,
-            accuracy: stats.accuracy,
-            lr: trainer.schedule.lr(done - 1),
-            images_per_sec: 0.0,
-            data_wait_secs: 0.0,
-        });
-        perfect_steps = if stats.accuracy >= 1.0 { perfect_steps + 1 } else { 0 };
-        if perfect_steps >= n_batches && done < steps {
-            perfect_steps = 0;
-            let val = eval::evaluate(&trainer.model().valid(), ds.clone(), pipe.clone(), &trainer.device, &settings)?;
-            if val.top1 >= 0.98 {
-                return Ok(OverfitResult { steps: done, accuracy: val.top1, passed: true });
-            }
-        }
-    }
-    let val = eval::evaluate(&trainer.model().valid(), ds, pipe, &trainer.device, &settings)?;
-    Ok(OverfitResult { steps: done, accuracy: val.top1, passed: val.top1 >= 0.98 })
-}
-
-/// What [`measure_training`] measured.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct TrainingRate {
-    /// Training images per second over the timed steps.
-    pub images_per_sec: f64,
-    /// Seconds of the first step (the first warmup step, or the first timed one without
-    /// warmup), its optimizer update included: on a GPU it compiles and autotunes the step's
-    /// kernels, unless this process already did (an earlier config of the same bench) or
-    /// cubecl's autotune cache and the driver's shader cache hold them from an earlier run.
-    pub first_step_secs: f64,
-    /// Memory sampled after the forward pass of every timed step.
-    pub memory: MemoryTracker,
-}
-
-/// Throughput and memory of `steps` timed optimizer steps on synthetic images (after `warmup`
-/// untimed ones): what `vramfit bench` measures. Memory is sampled after the forward pass of
-/// every timed step (which synchronizes the device, as a real run does every few steps). The
-/// first step waits for all its device work, optimizer update included; `steps` is at least 1.
-///
-/// # Errors
-/// [`Error::Device`] when the device fails.
-pub fn measure_training(
-    config: &Config,
-    device: &SelectedDevice,
-    num_classes: usize,
-    warmup: usize,
-    steps: usize,
-    sample_memory: bool,
-) -> Result<TrainingRate> {
-    let (mut trainer, batches) = bench_trainer(config, device, num_classes, warmup + steps);
-    let sample = sample_memory && device.is_gpu();
-    let steps = steps.max(1);
-    let first = Instant::now();
-    let first_images = bench_step(&mut trainer, &batches, warmup == 0 && sample)?;
-    // The step reads its loss before the optimizer update, whose kernels (compiled at the first
-    // step) run only when something waits for them.
-    device.device.sync().map_err(|e| Error::device(&e))?;
-    let first_step_secs = first.elapsed().as_secs_f64();
-    for _ in 1..warmup {
-        bench_step(&mut trainer, &batches, false)?;
-    }
-    if warmup > 0 {
-        trainer.tracker = MemoryTracker::default();
-    }
-    let start = if warmup == 0 { first } else { Instant::now() };
-    let mut images = if warmup == 0 { first_images } else { 0 };
-    for _ in usize::from(warmup == 0)..steps {
-        images += bench_step(&mut trainer, &batches, sample)?;
-    }
-    let images_per_sec = images as f64 / start.elapsed().as_secs_f64();
-    Ok(TrainingRate { images_per_sec, first_step_secs, memory: trainer.tracker })
-}
-
-/// Device memory over training steps, as `vramfit bench memory` reads it.
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
-pub struct StepMemory {
-    /// Samples at the end of each forward pass of the steady steps.
-    pub tracker: MemoryTracker,
-    /// A probe thread's peaks over the steady steps (backward passes included).
-    pub probe: crate::memory::ProbePeaks,
-    /// Largest bytes reserved a probe read during the first step (the first step at a new shape
-    /// autotunes its kernels with buffers of its own; 0 without pools). A lower bound: the probe
-    /// reads between the device's operations.
-    pub first_step_reserved_bytes: u64,
-}
-
-/// Memory of `steps` optimizer steps after one first step, as a training run sees it: the
-/// first step (which autotunes kernels at a new shape and allocates for that) is run outside
-/// the pools ([`Trainer::step_outside_the_pools`]) with a probe reading its peak reservation, and
-/// the pools' free pages are handed back
-/// ([`burn::tensor::Device::memory_cleanup`], as the training loop does after its first step);
-/// then a [`crate::memory::MemoryProbe`] reads the device from its own thread during the
-/// steady steps.
-///
-/// # Errors
-/// [`Error::Device`] when the device fails.
-pub fn measure_step_memory(
-    config: &Config,
-    device: &SelectedDevice,
-    num_classes: usize,
-    steps: usize,
-) -> Result<StepMemory> {
-    let interval = std::time::Duration::from_millis(1);
-    let (mut trainer, batches) = bench_trainer(config, device, num_classes, 1 + steps);
-    let first = crate::memory::MemoryProbe::start(&device.device, interval);
-    trainer.step_outside_the_pools(&batches, false, &mut |_e: Event| {})?;
-    let first_step_reserved_bytes = first.map_or(0, |p| p.finish().bytes_reserved);
-    device.device.memory_cleanup();
-    trainer.tracker = MemoryTracker::default();
-    let probe = crate::memory::MemoryProbe::start(&device.device, interval);
-    let mut result = Ok(());
-    for _ in 0..steps {
-        if let Err(e) = bench_step(&mut trainer, &batches, device.is_gpu()) {
-            result = Err(e);
-            break;
-        }
-    }
-    let probe = probe.map(crate::memory::MemoryProbe::finish).unwrap_or_default();
-    result.map(|()| StepMemory { tracker: trainer.tracker, probe, first_step_reserved_bytes })
-}
-
-/// A trainer for `total_steps` steps of `config` on synthetic images, and its step's batches.
-fn bench_trainer(
-    config: &Config,
-    device: &SelectedDevice,
-    num_classes: usize,
-    total_steps: usize,
-) -> (Trainer, Vec<Batch>) {
-    let precision = if config.train.precision == Precision::F16 && !device.supports_f16() {
-        Precision::F32
-    } else {
-        config.train.precision
-    };
-    let trainer = Trainer::new(
-        config,
-        precision,
-        &device.device,
-        (0..num_classes).map(|i| i.to_string()).collect(),
-        total_steps,
-        1,
-    );
-    let batch = synthetic_batch(config, num_classes);
-    (trainer, vec![batch; config.train.grad_accum_steps])
-}
-
-/// One optimizer step of a benchmark; returns the images it trained on.
-fn bench_step(trainer: &mut Trainer, batches: &[Batch], sample_memory: bool) -> Result<usize> {
-    Ok(trainer.step(batches, sample_memory, &mut |_e: Event| {})?.images)
-}
-
-/// A batch of `config.train.batch_size` random normalized images with labels `i % classes`.
-pub fn synthetic_batch(config: &Config, num_classes: usize) -> Batch {
-    use rand::Rng;
-    let px = config.image_size_px();
-    let n = config.train.batch_size;
-    let mut rng = rand::rngs::SmallRng::seed_from_u64(config.seed);
-    Batch {
-        images: (0..n * 3 * px * px).map(|_| rng.random_range(-2.0f32..2.0)).collect(),
-        labels: (0..n).map(|i| (i % num_classes) as i64).collect(),
-        height: px,
-        width: px,
-        ..Default::default()
-    }
 }
 
 #[cfg(test)]
