@@ -80,7 +80,7 @@ fn gui_survives_an_aborted_training_process_and_its_run_resumes_in_the_app_and_t
 /// The window title names the device in use and follows the device picker.
 #[test]
 fn gui_window_title_follows_the_device_picker() {
-    if gpu().is_none() {
+    if gpu_or_skip().is_none() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -111,7 +111,7 @@ fn gui_dataset_panel_lists_the_files_the_scan_left_out() {
 /// the smallest tier fitted to it (its budget lowered to the card's size). An IDX dataset, the CPU or a preset the user chose keep theirs.
 #[test]
 fn gui_preselects_the_cards_tier_for_a_folder_of_images() {
-    if gpu().is_none() {
+    if gpu_or_skip().is_none() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -175,7 +175,7 @@ fn gui_presets_and_knobs_move_the_estimate_and_presets_round_trip_through_toml()
 /// the stored images after a deliberate change.
 #[test]
 fn gui_setup_panel_matches_its_snapshots() {
-    if gpu().is_none() {
+    if gpu_or_skip().is_none() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -196,7 +196,7 @@ fn gui_setup_panel_matches_its_snapshots() {
 /// ONNX Runtime with the CLI's probabilities.
 #[test]
 fn gui_trains_stops_evaluates_resumes_and_exports() {
-    if gpu().is_none() {
+    if gpu_or_skip().is_none() {
         return; // the app renders through wgpu
     }
     let dir = tempfile::tempdir().unwrap();

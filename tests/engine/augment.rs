@@ -60,7 +60,7 @@ fn largest_difference(pipeline: &SamplePipeline, cpu: &[Vec<f32>], device: &[f32
 
 #[test]
 fn device_augmentation_matches_the_cpu_path() {
-    let Some(device) = gpu() else { return };
+    let Some(device) = gpu_or_skip() else { return };
     let mut config = quickstart();
     config.data.preprocess = PreprocessConfig { mode: PreprocessMode::ResizeAndCrop, load_size: 40, crop_size: 32 };
     config.data.mean = [0.485, 0.456, 0.406];
@@ -119,7 +119,7 @@ fn device_augmentation_refuses_a_crop_outside_the_image_and_a_cpu_device() {
 /// checkpointing (the kernel's output joins the training device's autodiff strategy).
 #[test]
 fn training_with_device_augmentation_follows_the_cpu_path() {
-    let Some(device) = gpu() else { return };
+    let Some(device) = gpu_or_skip() else { return };
     let splits = bundled();
     let dir = tempfile::tempdir().unwrap();
     for checkpointing in [false, true] {

@@ -247,7 +247,7 @@ fn c24_class_names_that_are_not_utf8_are_refused_and_such_file_names_never_panic
 
 #[test]
 fn when_one_image_is_over_the_buffer_limit_the_advice_is_not_a_smaller_batch() {
-    let Some(device) = gpu() else { return };
+    let Some(device) = gpu_or_skip() else { return };
     let mut config = quickstart();
     config.data.preprocess = PreprocessConfig { mode: PreprocessMode::ResizeAndCrop, load_size: 4096, crop_size: 4096 };
     config.train.batch_size = 1;
@@ -266,7 +266,7 @@ fn when_one_image_is_over_the_buffer_limit_the_advice_is_not_a_smaller_batch() {
 /// panic or a backtrace.
 #[test]
 fn c30_inputs_over_the_adapters_buffer_limit_never_reach_the_device() {
-    if gpu().is_none() {
+    if gpu_or_skip().is_none() {
         return;
     }
     let c30 = cases().join("C30");

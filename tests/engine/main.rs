@@ -61,9 +61,10 @@ fn copy_dir(from: &Path, to: &Path) {
     }
 }
 
-/// The default wgpu adapter, or `None` (the test then skips, saying why) when the machine has
-/// none, unless `VRAMFIT_REQUIRE_GPU` is set (as in CI, where lavapipe is installed): then a
-/// missing adapter fails the test.
+/// The default wgpu adapter, or `None` when the machine has none, unless `VRAMFIT_REQUIRE_GPU`
+/// is set (as in CI, where lavapipe is installed): then a missing adapter fails the test. For
+/// tests that fall back to the CPU without one; a test that needs the adapter calls
+/// [`gpu_or_skip`].
 fn gpu() -> Option<SelectedDevice> {
     let d = device::select(DeviceChoice::Gpu(None)).unwrap();
     if d.is_gpu() {
@@ -71,8 +72,28 @@ fn gpu() -> Option<SelectedDevice> {
     }
     let why = "no wgpu adapter: install mesa-vulkan-drivers (lavapipe) to run this test";
     assert!(std::env::var_os("VRAMFIT_REQUIRE_GPU").is_none(), "{why}");
-    eprintln!("skipped: {why}");
     None
+}
+
+/// GPU tests skipped in this run so far.
+static GPU_SKIPS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// [`gpu`] for a test that needs the adapter: without one the test is skipped (the caller
+/// returns), and a line naming it, why, and how many GPU tests were skipped so far is written to
+/// the terminal past the test harness's output capture, so a run without an adapter shows what
+/// it did not test.
+fn gpu_or_skip() -> Option<SelectedDevice> {
+    let found = gpu();
+    if found.is_none() {
+        use std::io::Write;
+        let n = GPU_SKIPS.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
+        let test = std::thread::current().name().unwrap_or("a test").to_string();
+        let _ = writeln!(
+            std::io::stderr().lock(),
+            "SKIPPED {test} (GPU test {n} skipped in this run): no wgpu adapter; install mesa-vulkan-drivers (lavapipe), or set VRAMFIT_REQUIRE_GPU=1 to fail instead"
+        );
+    }
+    found
 }
 
 /// Runs the calling test again, alone, in a child process of this test binary, and returns true

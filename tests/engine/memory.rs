@@ -6,7 +6,7 @@ use super::*;
 
 #[test]
 fn the_plan_covers_the_measured_reserved_peak_in_fresh_processes() {
-    if gpu().is_none() {
+    if gpu_or_skip().is_none() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -46,7 +46,7 @@ fn the_plan_covers_the_measured_reserved_peak_in_fresh_processes() {
 /// micro-batch: no step lost or repeated.
 #[test]
 fn a_capped_pool_fails_the_step_over_the_budget_and_it_is_retried_at_half() {
-    let Some(device) = gpu() else { return };
+    let Some(device) = gpu_or_skip() else { return };
     if in_own_process("memory::a_capped_pool_fails_the_step_over_the_budget_and_it_is_retried_at_half") {
         return;
     }
@@ -94,7 +94,8 @@ fn a_capped_pool_fails_the_step_over_the_budget_and_it_is_retried_at_half() {
 /// lavapipe).
 #[test]
 fn a_capped_card_refuses_the_plan_over_it_and_trains_the_plans_under_it() {
-    if gpu().is_none() || in_own_process("memory::a_capped_card_refuses_the_plan_over_it_and_trains_the_plans_under_it")
+    if gpu_or_skip().is_none()
+        || in_own_process("memory::a_capped_card_refuses_the_plan_over_it_and_trains_the_plans_under_it")
     {
         return;
     }
@@ -105,7 +106,7 @@ fn a_capped_card_refuses_the_plan_over_it_and_trains_the_plans_under_it() {
 #[test]
 #[ignore = "over 30 minutes on lavapipe (autotuning at new shapes); the 128 MiB card runs in CI"]
 fn a_one_gib_card_refuses_the_plan_over_it_and_trains_the_plans_under_it() {
-    if gpu().is_none()
+    if gpu_or_skip().is_none()
         || in_own_process("memory::a_one_gib_card_refuses_the_plan_over_it_and_trains_the_plans_under_it")
     {
         return;
@@ -195,7 +196,7 @@ fn card_of(budget: u64) {
 /// inside it closes that window: a tensor made after the panic lands in the pools' pages again.
 #[test]
 fn outside_the_pools_allocates_no_pool_page_and_a_panic_closes_the_window() {
-    let Some(selected) = gpu() else { return };
+    let Some(selected) = gpu_or_skip() else { return };
     if in_own_process("memory::outside_the_pools_allocates_no_pool_page_and_a_panic_closes_the_window") {
         return;
     }

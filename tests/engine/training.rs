@@ -4,7 +4,7 @@ use super::*;
 
 #[test]
 fn overfit_check_passes_on_the_wgpu_adapter() {
-    let Some(device) = gpu() else { return };
+    let Some(device) = gpu_or_skip() else { return };
     let splits = bundled();
     let mut sink = |_e: Event| {};
     let r = train::overfit_check(&quickstart(), &device, &splits.train, 200, &mut sink).unwrap();
@@ -128,7 +128,7 @@ fn a_batch_of_only_undecodable_files_is_skipped_not_a_crash() {
 
 #[test]
 fn an_impossible_batch_is_refused_before_training_with_the_numbers() {
-    let Some(device) = gpu() else { return };
+    let Some(device) = gpu_or_skip() else { return };
     let splits = bundled();
     let mut config = quickstart();
     // 569 MiB predicted against a 64 MiB budget; --auto-fit then accumulates 12 micro-batches
@@ -178,7 +178,7 @@ fn an_impossible_batch_is_refused_before_training_with_the_numbers() {
 fn f16_group_norm_matches_burns_group_norm_in_value_and_gradient() {
     use burn::nn::GroupNormConfig;
     use burn::tensor::{Distribution, FloatDType, Tensor};
-    let Some(device) = gpu() else { return };
+    let Some(device) = gpu_or_skip() else { return };
     assert!(device.supports_f16(), "lavapipe has shader f16");
     let ad = device.device.clone().autodiff();
     for (mean, std) in [(0.5, 1.0), (300.0, 40.0)] {
@@ -237,7 +237,7 @@ fn a_huge_learning_rate_gets_the_nan_diagnosis() {
 /// run's checkpoint still loads and the run resumes at a batch that fits.
 #[test]
 fn a_tensor_over_the_adapter_buffer_limit_is_refused_with_the_reason() {
-    let Some(device) = gpu() else { return };
+    let Some(device) = gpu_or_skip() else { return };
     let limit = device.adapter.as_ref().unwrap().max_storage_buffer_binding_size;
     let splits = bundled();
     let config = quickstart();
@@ -269,7 +269,7 @@ fn a_tensor_over_the_adapter_buffer_limit_is_refused_with_the_reason() {
 /// step count carry on.
 #[test]
 fn a_budget_crossed_mid_run_halves_the_micro_batch_and_the_steps_continue() {
-    let Some(device) = gpu() else { return };
+    let Some(device) = gpu_or_skip() else { return };
     let splits = bundled();
     let mut config = quickstart();
     config.train.memory_sample_every = 1;
