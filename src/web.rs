@@ -16,7 +16,6 @@
 use std::cell::RefCell;
 use std::path::Path;
 use std::rc::Rc;
-use std::sync::Arc;
 
 use burn::tensor::Device;
 use wasm_bindgen::prelude::*;
