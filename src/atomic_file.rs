@@ -3,12 +3,12 @@
 
 use std::path::Path;
 
-use crate::error::{Error, Result};
+use crate::engine::error::{Error, Result};
 
 /// Writes `bytes` to `path` atomically and durably: a temporary file in the same folder, synced
 /// (`fsync`), renamed over `path`, then the folder synced so the rename itself survives a power
 /// cut. A crash leaves either the old file or the new one, and at worst a `.NAME.tmp` file that
-/// [`crate::checkpoint::remove_temporaries`] deletes.
+/// [`crate::train::checkpoint::remove_temporaries`] deletes.
 ///
 /// # Errors
 /// [`Error::Io`] naming the path (a full disk fails here, before the old file is replaced).

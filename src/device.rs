@@ -6,7 +6,7 @@
 use burn::tensor::{Device, DeviceKind, FloatDType};
 use serde::Serialize;
 
-use crate::error::{Error, Result};
+use crate::engine::error::{Error, Result};
 
 /// One wgpu adapter.
 #[derive(Clone, Debug, Serialize, PartialEq)]
@@ -346,7 +346,7 @@ pub fn outside_the_pools<T: Send>(device: &Device, task: impl FnOnce() -> T + Se
             (result, device.sync())
         });
         let result = result.unwrap_or_else(|panic| std::panic::resume_unwind(panic));
-        synced.map_err(|e| crate::error::one_line_cause(&format!("{e:?}")))?;
+        synced.map_err(|e| crate::engine::error::one_line_cause(&format!("{e:?}")))?;
         Ok(result)
     }
 }

@@ -1,59 +1,34 @@
 //! vramfit: train small image classifiers on any wgpu GPU with memory you can predict before
 //! you press Train.
 //!
-//! The engine (everything here but [`cli`]) knows nothing of terminals or windows: it takes a
-//! [`config::Config`], a [`dataset::Splits`] and a [`device::SelectedDevice`], reports
-//! [`events::Event`]s to a callback and obeys an [`events::StopSignal`]. File access and threads
-//! live at the edges ([`image_io::load_image`], [`loader`], [`checkpoint`], [`export`]).
+//! The engine (everything here but the clients [`cli`], [`gui`] and `web`) knows nothing of
+//! terminals or windows: it takes a [`config::Config`], a [`data::dataset::Splits`] and a
+//! [`device::SelectedDevice`], reports [`engine::events::Event`]s to a callback and obeys an
+//! [`engine::events::StopSignal`]. Each folder is one concern: [`engine`] (the session, the
+//! worker process, events, errors), [`config`] (with the presets), [`data`] (datasets, decoding,
+//! preprocessing, augmentation, the loader), [`model`], [`kernels`] (vramfit's CPU and WGSL
+//! kernels), [`train`] (the one training loop, the step, checkpoints, run folders),
+//! [`inference`] (evaluation, prediction), [`export`] (with ONNX) and [`bench`]; the device
+//! ([`device`]) and the memory plan ([`memory`]) sit at the root beside them.
 #![deny(missing_docs)]
 
 pub mod atomic_file;
-pub mod augment;
 pub mod bench;
-pub mod bench_baseline;
-pub mod check_data;
-pub mod checkpoint;
 #[cfg(not(target_arch = "wasm32"))]
 pub mod cli;
 pub mod config;
-pub mod cpu_tensor;
-pub mod dataset;
-pub mod depthwise_conv;
+pub mod data;
 pub mod device;
-pub mod device_augment;
-pub mod error;
-pub mod eval;
-pub mod events;
+pub mod engine;
 pub mod export;
 pub mod fault;
-pub mod fused_block;
-pub mod fused_stem;
-pub mod gelu;
-pub mod group_norm_gelu;
 pub mod gui;
-pub mod idx;
-pub mod image_cache;
-pub mod image_io;
-pub mod infer;
-pub mod loader;
-pub mod loader_bench;
-pub mod measuring_switch;
+pub mod inference;
+pub mod kernels;
 pub mod memory;
-pub mod memory_bench;
-pub mod metadata;
 pub mod model;
-pub mod onnx;
-pub mod precision;
-pub mod preprocess;
-pub mod presets;
-pub mod run_dir;
-pub mod schedule;
-pub mod session;
 pub mod train;
-pub mod user_path;
 #[cfg(target_arch = "wasm32")]
 pub mod web;
-pub mod wgsl_kernel;
-pub mod worker_process;
 
-pub use error::{Error, Result};
+pub use engine::error::{Error, Result};

@@ -186,7 +186,7 @@ impl MemoryEstimate {
 
 /// Bytes autodiff keeps per output element of one conv-norm-act layer, and per element of a
 /// residual add (see the module docs for where they come from). `fused_group_norm_gelu`: the
-/// layer's GroupNorm + GELU is vramfit's fused op ([`crate::group_norm_gelu`]), which keeps only
+/// layer's GroupNorm + GELU is vramfit's fused op ([`crate::kernels::group_norm_gelu`]), which keeps only
 /// its input; it changes the f32 row without checkpointing.
 pub fn saved_bytes_per_elem(precision: Precision, checkpointing: bool, fused_group_norm_gelu: bool) -> (f64, f64) {
     match (precision, checkpointing) {
@@ -207,10 +207,10 @@ pub const FUSED_SAVED_BYTES_PER_ELEM: f64 = 7.2;
 
 /// Predicts the peak device memory of a training step of `config` with micro-batch
 /// `batch_size` and `num_classes` classes on a GPU, with the GroupNorm + GELU kernels this build
-/// runs there ([`crate::group_norm_gelu::runs_fused_on_gpu`]). See the module docs for the
+/// runs there ([`crate::kernels::group_norm_gelu::runs_fused_on_gpu`]). See the module docs for the
 /// formula.
 pub fn estimate(config: &Config, batch_size: usize, num_classes: usize) -> MemoryEstimate {
-    estimate_with(config, batch_size, num_classes, crate::group_norm_gelu::runs_fused_on_gpu())
+    estimate_with(config, batch_size, num_classes, crate::kernels::group_norm_gelu::runs_fused_on_gpu())
 }
 
 /// [`estimate`] with the GroupNorm + GELU kernels named: `fused_group_norm_gelu` for vramfit's
@@ -704,7 +704,7 @@ mod tests {
             (128, 28, true, 128 << 20, 211.5),
             (8, 64, true, 128 << 20, 67.4),
         ];
-        let mut c = crate::presets::load_config("quickstart").unwrap();
+        let mut c = crate::config::presets::load_config("quickstart").unwrap();
         c.train.precision = Precision::F32;
         for (batch, px, checkpointing, max_page_size, reserved_mib) in measured {
             c.train.checkpointing = checkpointing;
@@ -754,7 +754,7 @@ mod tests {
             (16, Precision::F16, true, 320.0),
             (32, Precision::F16, true, 604.0),
         ];
-        let mut c = crate::presets::load_config("12gb").unwrap();
+        let mut c = crate::config::presets::load_config("12gb").unwrap();
         for (batch, precision, checkpointing, reserved_mib) in measured_reserved_mib {
             c.train.precision = precision;
             c.train.checkpointing = checkpointing;
@@ -774,7 +774,7 @@ mod tests {
     /// the end of the backward pass, and the plan counts the gradients there.
     #[test]
     fn gradients_count_where_they_outweigh_the_activations() {
-        let mut c = crate::presets::load_config("12gb").unwrap();
+        let mut c = crate::config::presets::load_config("12gb").unwrap();
         c.data.preprocess.load_size = 32;
         c.data.preprocess.crop_size = 32;
         let e = estimate(&c, 4, 10);

@@ -1,8 +1,8 @@
 //! The browser entry points (wasm32 only; issue "vramfit in the browser"). Two pages use them:
 //!
 //! - `web/app.html`: the egui app itself ([`start_app`]), the desktop app's panels and plots
-//!   on a canvas, a thin client of one engine [`crate::session::Session`] whose jobs run as
-//!   tasks of the page ([`crate::session::Job::TrainInMemory`]); its settings persist in the
+//!   on a canvas, a thin client of one engine [`crate::engine::session::Session`] whose jobs run as
+//!   tasks of the page ([`crate::engine::session::Job::TrainInMemory`]); its settings persist in the
 //!   browser's local storage (eframe's storage, as the desktop app's in a file). [`app_train`],
 //!   [`app_predict`], [`app_export`], [`app_select_preset`] and [`app_state`] are the hooks the headless test
 //!   drives it with.
@@ -21,14 +21,14 @@ use burn::tensor::Device;
 use wasm_bindgen::prelude::*;
 
 use crate::config::{Config, Precision};
-use crate::dataset;
+use crate::data::dataset;
+use crate::data::image_io::ImageFault;
 use crate::device::{AdapterInfo, SelectedDevice};
-use crate::error::Error;
-use crate::events::{Event, StopSignal};
+use crate::engine::error::Error;
+use crate::engine::events::{Event, StopSignal};
 use crate::export;
 use crate::gui::{AppOptions, InMemoryTraining, Settings, VramfitApp};
-use crate::image_io::ImageFault;
-use crate::infer::Predictor;
+use crate::inference::predict::Predictor;
 use crate::memory;
 use crate::train::{InMemoryRequest, train_in_memory};
 
@@ -107,7 +107,7 @@ pub async fn train_quickstart(steps: u32, on_step: js_sys::Function) -> Result<j
     // The epochs the steps span: the schedule spans whole epochs (as a native run capped with
     // --max-steps), so it decays to its end only when `steps` is a whole number of epochs.
     let mut config = config;
-    let steps_per_epoch = crate::schedule::steps_per_epoch(splits.train.samples.len(), &config.train);
+    let steps_per_epoch = crate::train::schedule::steps_per_epoch(splits.train.samples.len(), &config.train);
     config.train.epochs = (steps as usize).div_ceil(steps_per_epoch.max(1)).max(1);
     // The page plots every step's memory.
     config.train.memory_sample_every = 1;
@@ -158,7 +158,7 @@ pub async fn train_quickstart(steps: u32, on_step: js_sys::Function) -> Result<j
 /// The quickstart preset as the page trains it: f32 (browsers' WebGPU may lack f16), no
 /// activation checkpointing.
 fn quickstart_config() -> Result<Config, JsValue> {
-    let mut config = crate::presets::load_config("quickstart").map_err(js_error)?;
+    let mut config = crate::config::presets::load_config("quickstart").map_err(js_error)?;
     config.train.precision = Precision::F32;
     config.train.checkpointing = false;
     Ok(config)
@@ -338,7 +338,7 @@ pub fn app_export() -> Result<(), JsValue> {
 
 /// Presses Choose folder in the app, as the button does in a page: the browser's folder dialog
 /// opens (browsers show it within a user's click; a test driver intercepts it), and the picked
-/// folder's files become the dataset ([`crate::dataset::from_files`]; the headless test's hook).
+/// folder's files become the dataset ([`crate::data::dataset::from_files`]; the headless test's hook).
 ///
 /// # Errors
 /// Rejects when the app has not started.
@@ -355,7 +355,7 @@ pub fn app_choose_folder() -> Result<(), JsValue> {
 /// Rejects when the app has not started; the app shows "train first" when there is no model.
 #[wasm_bindgen]
 pub fn app_predict(name: String, bytes: Vec<u8>) -> Result<(), JsValue> {
-    let image = crate::session::ImageInput { path: name.into(), bytes: Some(bytes) };
+    let image = crate::engine::session::ImageInput { path: name.into(), bytes: Some(bytes) };
     with_app(|app| app.apply(crate::gui::Command::PredictImages(vec![image])))
 }
 

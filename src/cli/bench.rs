@@ -1,5 +1,5 @@
 //! `vramfit bench`: the benchmarks' command line (the measuring lives in the engine's
-//! [`crate::bench`], [`crate::memory_bench`] and [`crate::loader_bench`]).
+//! [`crate::bench`], [`crate::bench::memory`] and [`crate::bench::loader`]).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -14,8 +14,11 @@ use crate::device::SelectedDevice;
 
 /// `vramfit bench loader`: generated photos in three crop modes of the 8gb preset, and the
 /// bundled data as quickstart loads it.
-fn bench_loader(args: &BenchArgs, device: &SelectedDevice) -> anyhow::Result<Vec<crate::loader_bench::LoaderBenchRow>> {
-    use crate::loader_bench::{dataset_of, measure, write_photos};
+fn bench_loader(
+    args: &BenchArgs,
+    device: &SelectedDevice,
+) -> anyhow::Result<Vec<crate::bench::loader::LoaderBenchRow>> {
+    use crate::bench::loader::{dataset_of, measure, write_photos};
     let dir = tempfile::tempdir().context("cannot create a folder for the generated photos")?;
     let mut rows = Vec::new();
     let photo = super::load_config("8gb")?;
@@ -33,8 +36,10 @@ fn bench_loader(args: &BenchArgs, device: &SelectedDevice) -> anyhow::Result<Vec
     let quick = super::load_config("quickstart")?;
     let bundled = open_data(None, &quick, false)?.train;
     let n = (args.images * 8).min(bundled.samples.len());
-    let subset =
-        crate::dataset::Dataset { class_names: bundled.class_names.clone(), samples: bundled.samples[..n].to_vec() };
+    let subset = crate::data::dataset::Dataset {
+        class_names: bundled.class_names.clone(),
+        samples: bundled.samples[..n].to_vec(),
+    };
     let cache = dir.path().join("cache-bundled");
     rows.push(measure("bundled Fashion-MNIST (28x28 IDX)", subset, &quick, device, &args.workers, &cache)?);
     Ok(rows)
@@ -45,15 +50,15 @@ fn bench_loader(args: &BenchArgs, device: &SelectedDevice) -> anyhow::Result<Vec
 fn bench_augment_training(
     args: &BenchArgs,
     device: &SelectedDevice,
-) -> anyhow::Result<Vec<crate::loader_bench::AugmentTrainRow>> {
+) -> anyhow::Result<Vec<crate::bench::loader::AugmentTrainRow>> {
     let dir = tempfile::tempdir().context("cannot create a folder for the generated photos")?;
     let mut config = super::load_config("8gb")?;
     config.train.batch_size = config.train.batch_size.min(args.images.max(1));
     let count = config.train.batch_size * (args.train_steps + 1);
     eprintln!("writing {count} photos of 4000x3000 for training...");
-    let paths = crate::loader_bench::write_photos(&dir.path().join("photos"), 4000, 3000, count, 5)?;
+    let paths = crate::bench::loader::write_photos(&dir.path().join("photos"), 4000, 3000, count, 5)?;
     eprintln!("training {} steps per run (augmentation on the CPU, then on the device)...", args.train_steps + 1);
-    Ok(crate::loader_bench::train_augment_comparison(&paths, &config, device, args.train_steps, dir.path())?)
+    Ok(crate::bench::loader::train_augment_comparison(&paths, &config, device, args.train_steps, dir.path())?)
 }
 
 /// `vramfit bench`.
@@ -107,10 +112,10 @@ pub struct BenchArgs {
     /// `benches/baseline/`) again and compare: fresh / baseline throughput per row; exits with 1
     /// when a row is more than 20% slower or could not be measured. The baseline decides the
     /// configs and backends (`--config` and `--backends` are not used with it).
-    #[arg(value_parser = crate::user_path::UserPathParser, long)]
+    #[arg(value_parser = crate::data::user_path::UserPathParser, long)]
     compare: Option<PathBuf>,
     /// Write results as JSON here too.
-    #[arg(value_parser = crate::user_path::UserPathParser, long)]
+    #[arg(value_parser = crate::data::user_path::UserPathParser, long)]
     json: Option<PathBuf>,
 }
 
@@ -142,16 +147,16 @@ pub fn bench(args: BenchArgs, app: super::App) -> anyhow::Result<ExitCode> {
             let device = select_device(&args.device)?;
             if args.train_steps > 0 {
                 anyhow::ensure!(
-                    crate::device_augment::runs_wgsl(&device.device),
+                    crate::kernels::device_augment::runs_wgsl(&device.device),
                     "--train-steps compares augmentation on the CPU and on the device: {} does not run the kernel (a wgpu adapter does)",
                     device.name
                 );
             }
             let rows = bench_loader(&args, &device)?;
-            println!("{}", crate::loader_bench::table(&rows));
+            println!("{}", crate::bench::loader::table(&rows));
             if args.train_steps > 0 {
                 let trained = bench_augment_training(&args, &device)?;
-                println!("\n{}", crate::loader_bench::augment_train_table(&trained));
+                println!("\n{}", crate::bench::loader::augment_train_table(&trained));
                 serde_json::to_string_pretty(&serde_json::json!({ "loader": rows, "training": trained }))?
             } else {
                 serde_json::to_string_pretty(&rows)?
@@ -174,9 +179,9 @@ pub fn bench(args: BenchArgs, app: super::App) -> anyhow::Result<ExitCode> {
 }
 
 /// `vramfit bench train --compare BASELINE`: the baseline's configs on the baseline's backends,
-/// measured now, compared row by row ([`crate::bench_baseline`]).
+/// measured now, compared row by row ([`crate::bench::baseline`]).
 fn compare_with_baseline(args: &BenchArgs) -> anyhow::Result<ExitCode> {
-    use crate::bench_baseline::{MAX_SLOWDOWN, backend_key, compare, table};
+    use crate::bench::baseline::{MAX_SLOWDOWN, backend_key, compare, table};
     let path = args.compare.as_ref().context("--compare names no file")?;
     let text = std::fs::read_to_string(path).with_context(|| {
         format!("cannot read the baseline {}: give the path of a `bench train --json` output", path.display())
@@ -230,10 +235,10 @@ fn memory_cell_in_child(
     args: &BenchArgs,
     config_name: &str,
     base: &Config,
-    cell: &crate::memory_bench::MemoryCell,
+    cell: &crate::bench::memory::MemoryCell,
     steps: usize,
-) -> crate::memory_bench::MemoryBenchRow {
-    let mut row = crate::memory_bench::MemoryBenchRow::planned(base, cell);
+) -> crate::bench::memory::MemoryBenchRow {
+    let mut row = crate::bench::memory::MemoryBenchRow::planned(base, cell);
     let exe = match std::env::current_exe() {
         Ok(exe) => exe,
         Err(e) => {
@@ -243,7 +248,7 @@ fn memory_cell_in_child(
     };
     let mut cmd = std::process::Command::new(exe);
     cmd.args(["bench", "memory", "--config", config_name, "--cell", &cell.to_arg(), "--steps", &steps.to_string()]);
-    cmd.args(crate::worker_process::device_args(args.device.choice()));
+    cmd.args(crate::engine::worker::device_args(args.device.choice()));
     match cmd.stderr(std::process::Stdio::piped()).output() {
         Ok(out) if out.status.success() => {
             match String::from_utf8_lossy(&out.stdout).lines().rev().find_map(|l| serde_json::from_str(l).ok()) {
@@ -274,13 +279,13 @@ fn bench_memory(args: &BenchArgs) -> anyhow::Result<Option<String>> {
     let base = super::load_config(config_name)?;
     let steps = args.steps.clamp(1, 3);
     if let Some(cell) = &args.cell {
-        let cell = crate::memory_bench::MemoryCell::parse(cell)?;
+        let cell = crate::bench::memory::MemoryCell::parse(cell)?;
         let device = select_device(&args.device)?;
-        let row = crate::memory_bench::measure_cell(&base, &device, &cell, steps);
+        let row = crate::bench::memory::measure_cell(&base, &device, &cell, steps);
         println!("{}", serde_json::to_string(&row)?);
         return Ok(None);
     }
-    let grid = crate::memory_bench::MemoryGrid::named(&args.grid)
+    let grid = crate::bench::memory::MemoryGrid::named(&args.grid)
         .ok_or_else(|| anyhow::anyhow!("--grid must be tiny, small, tiers or full"))?;
     let (rows, adapter) = if args.fresh {
         let rows = grid
@@ -295,9 +300,9 @@ fn bench_memory(args: &BenchArgs) -> anyhow::Result<Option<String>> {
         (rows, format!("{} (each cell in a fresh process)", select_device(&args.device)?.name))
     } else {
         let device = select_device(&args.device)?;
-        let rows = crate::memory_bench::bench_memory(&base, &device, &grid, steps, &mut |line| eprintln!("{line}"));
+        let rows = crate::bench::memory::bench_memory(&base, &device, &grid, steps, &mut |line| eprintln!("{line}"));
         (rows, device.name)
     };
-    println!("adapter: {adapter}\n{}", crate::memory_bench::memory_table(&rows));
+    println!("adapter: {adapter}\n{}", crate::bench::memory::memory_table(&rows));
     Ok(Some(serde_json::to_string_pretty(&rows)?))
 }

@@ -9,11 +9,11 @@ use clap::Args;
 
 use super::{ConfigArgs, DeviceArgs};
 use crate::config::Config;
-use crate::dataset::{self, ScanOptions, Splits};
+use crate::data::dataset::{self, ScanOptions, Splits};
 use crate::device::{self, SelectedDevice};
+use crate::engine::session::{Job, JobOutput, Session};
 use crate::memory::{self, human_bytes};
 use crate::model::{self, LayerKind};
-use crate::session::{Job, JobOutput, Session};
 
 /// Runs one job without progress events (eval, predict, export) on a session of its own.
 fn run_job(job: Job) -> anyhow::Result<JobOutput> {
@@ -50,10 +50,10 @@ pub(super) fn select_device(args: &DeviceArgs) -> anyhow::Result<SelectedDevice>
 #[derive(Args, Debug)]
 pub struct EvalArgs {
     /// Exported model: run folder, export folder, or .bpk/.safetensors file.
-    #[arg(value_parser = crate::user_path::UserPathParser, long)]
+    #[arg(value_parser = crate::data::user_path::UserPathParser, long)]
     model: PathBuf,
     /// Dataset (default: the bundled subset); its validation/test split is evaluated.
-    #[arg(value_parser = crate::user_path::UserPathParser, long)]
+    #[arg(value_parser = crate::data::user_path::UserPathParser, long)]
     data: Option<PathBuf>,
     /// Evaluate the training split instead.
     #[arg(long)]
@@ -64,7 +64,7 @@ pub struct EvalArgs {
     #[arg(long, default_value_t = 64)]
     batch_size: usize,
     /// Where to write the confusion matrix CSV (default: confusion.csv in the working directory).
-    #[arg(value_parser = crate::user_path::UserPathParser, long)]
+    #[arg(value_parser = crate::data::user_path::UserPathParser, long)]
     csv: Option<PathBuf>,
     /// Skip class folders without images (with a warning) instead of failing.
     #[arg(long)]
@@ -124,10 +124,10 @@ pub fn eval(args: EvalArgs) -> anyhow::Result<ExitCode> {
 #[derive(Args, Debug)]
 pub struct PredictArgs {
     /// Image files or folders.
-    #[arg(value_parser = crate::user_path::UserPathParser, required = true)]
+    #[arg(value_parser = crate::data::user_path::UserPathParser, required = true)]
     inputs: Vec<PathBuf>,
     /// Exported model: run folder, export folder, or .bpk/.safetensors file.
-    #[arg(value_parser = crate::user_path::UserPathParser, long)]
+    #[arg(value_parser = crate::data::user_path::UserPathParser, long)]
     model: PathBuf,
     #[command(flatten)]
     device: DeviceArgs,
@@ -143,7 +143,7 @@ pub fn predict(args: PredictArgs) -> anyhow::Result<ExitCode> {
     // Selected here for its note (e.g. no adapter: the CPU); the session's job reuses the device.
     let choice = args.device.choice();
     select_device(&args.device)?;
-    let files = crate::infer::expand_inputs(&args.inputs);
+    let files = crate::inference::predict::expand_inputs(&args.inputs);
     if files.is_empty() {
         bail!("no image files in {:?}", args.inputs);
     }
@@ -151,7 +151,7 @@ pub fn predict(args: PredictArgs) -> anyhow::Result<ExitCode> {
         Job::Predict { model: args.model.clone(), paths: files, top_k: args.top_k, device: choice, thumbnails: false };
     let JobOutput::Predicted(predicted) = run_job(job)? else { bail!("the engine returned another job's output") };
     let mut failures = 0;
-    for crate::session::PredictedFile { path, result, notices, .. } in &predicted {
+    for crate::engine::session::PredictedFile { path, result, notices, .. } in &predicted {
         match result {
             // A path that is not UTF-8 is written lossily (U+FFFD for the bad bytes), never a panic.
             Ok(top) if args.json => {
@@ -267,15 +267,15 @@ pub fn plan(args: PlanArgs) -> anyhow::Result<ExitCode> {
 /// `config` so the plan printed after it is the suggested one.
 fn suggest_report(config: &mut Config, classes: usize) -> String {
     let budget = config.memory.memory_budget_bytes;
-    let room = (budget as f64 * crate::presets::TIER_HEADROOM) as u64;
+    let room = (budget as f64 * crate::config::presets::TIER_HEADROOM) as u64;
     let effective = config.train.batch_size * config.train.grad_accum_steps;
     let mut s = format!(
         "cheapest settings for an effective batch of {effective} within {:.0}% of {} ({}):\n",
-        crate::presets::TIER_HEADROOM * 100.0,
+        crate::config::presets::TIER_HEADROOM * 100.0,
         human_bytes(budget),
         human_bytes(room)
     );
-    let (chosen, tried) = crate::presets::tier_search(config, classes, true);
+    let (chosen, tried) = crate::config::presets::tier_search(config, classes, true);
     for t in &tried {
         let verdict = if t.fits { "fits" } else { "over" };
         s.push_str(&format!("  {:<40}{:>12}  {verdict}\n", t.settings.to_string(), human_bytes(t.predicted_bytes)));
@@ -330,10 +330,10 @@ pub fn devices() -> anyhow::Result<ExitCode> {
 #[derive(Args, Debug)]
 pub struct ExportArgs {
     /// Run folder whose latest checkpoint to export.
-    #[arg(value_parser = crate::user_path::UserPathParser, long)]
+    #[arg(value_parser = crate::data::user_path::UserPathParser, long)]
     run: PathBuf,
     /// Output folder (default <run>/export).
-    #[arg(value_parser = crate::user_path::UserPathParser, long)]
+    #[arg(value_parser = crate::data::user_path::UserPathParser, long)]
     out: Option<PathBuf>,
     /// Weight files to write: all (model.bpk, model.safetensors, model.onnx), bpk, safetensors
     /// or onnx; model.json is always written.
@@ -346,20 +346,20 @@ pub struct ExportArgs {
 }
 
 pub fn export(args: ExportArgs) -> anyhow::Result<ExitCode> {
-    let out = args.out.unwrap_or_else(|| args.run.join(crate::run_dir::EXPORT));
+    let out = args.out.unwrap_or_else(|| args.run.join(crate::train::run_dir::EXPORT));
     let options = crate::export::ExportOptions {
         format: args.format.parse().map_err(anyhow::Error::msg)?,
         onnx_input: if args.onnx_input == "u8-nhwc" {
-            crate::onnx::OnnxInput::U8Nhwc
+            crate::export::onnx::OnnxInput::U8Nhwc
         } else {
-            crate::onnx::OnnxInput::F32Nchw
+            crate::export::onnx::OnnxInput::F32Nchw
         },
     };
     // A run made by another version: what its config lacked or had extra (errors come below).
-    for note in crate::run_dir::load_config(&args.run).map(|(_, notes)| notes).unwrap_or_default() {
+    for note in crate::train::run_dir::load_config(&args.run).map(|(_, notes)| notes).unwrap_or_default() {
         eprintln!("note: {note}");
     }
-    if let Ok(latest) = crate::checkpoint::find_latest(&args.run) {
+    if let Ok(latest) = crate::train::checkpoint::find_latest(&args.run) {
         for reason in &latest.damaged {
             eprintln!("warning: passed over a damaged checkpoint: {reason}");
         }
@@ -423,7 +423,7 @@ pub fn info(args: InfoArgs) -> anyhow::Result<ExitCode> {
 #[derive(Args, Debug)]
 pub struct CheckDataArgs {
     /// Dataset folder.
-    #[arg(value_parser = crate::user_path::UserPathParser)]
+    #[arg(value_parser = crate::data::user_path::UserPathParser)]
     path: PathBuf,
     #[command(flatten)]
     config: ConfigArgs,
@@ -434,7 +434,7 @@ pub struct CheckDataArgs {
 
 pub fn check_data(args: CheckDataArgs) -> anyhow::Result<ExitCode> {
     let config = args.config.load()?;
-    let report = crate::check_data::report(&args.path, &config, args.allow_empty_classes)?;
+    let report = crate::data::check_data::report(&args.path, &config, args.allow_empty_classes)?;
     print!("{report}");
     Ok(ExitCode::SUCCESS)
 }

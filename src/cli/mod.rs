@@ -14,7 +14,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use crate::config::Config;
 use crate::device::{CpuBackend, DeviceChoice};
 
-pub use crate::presets::{PRESETS, load_config};
+pub use crate::config::presets::{PRESETS, load_config};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -200,7 +200,7 @@ impl DeviceArgs {
     }
 }
 
-pub use crate::run_dir::default_run_dir;
+pub use crate::train::run_dir::default_run_dir;
 
 /// The desktop app as the command line sees it. The binary passes [`crate::gui`]'s functions
 /// (`src/main.rs`), so the CLI and the app both import the engine and never each other.
@@ -268,7 +268,7 @@ fn install_panic_hook() {
         return;
     }
     std::panic::set_hook(Box::new(|info| {
-        let message = crate::error::one_line_cause(&crate::events::panic_message(info.payload()));
+        let message = crate::engine::error::one_line_cause(&crate::engine::events::panic_message(info.payload()));
         let thread = std::thread::current().name().unwrap_or("a thread").to_string();
         eprintln!("error: {thread} failed: {message} (RUST_BACKTRACE=1 shows where)");
     }));

@@ -2,7 +2,7 @@
 
 use indicatif::{ProgressBar, ProgressStyle};
 
-use crate::events::Event;
+use crate::engine::events::Event;
 use crate::memory::human_bytes;
 
 /// Draws one training run's events.
@@ -129,9 +129,9 @@ fn epoch_line(event: &Event) -> String {
     format!(
         "epoch {}: train loss {} acc {} | val loss {} acc {} | {secs:.1} s ({data_wait_secs:.1} s waiting for data){skipped}",
         epoch + 1,
-        crate::eval::loss_or_na(train_loss.unwrap_or(f32::NAN)),
-        crate::eval::percent_or_na(train_accuracy.unwrap_or(f32::NAN)),
-        crate::eval::loss_or_na(*val_loss),
-        crate::eval::percent_or_na(*val_accuracy)
+        crate::inference::eval::loss_or_na(train_loss.unwrap_or(f32::NAN)),
+        crate::inference::eval::percent_or_na(train_accuracy.unwrap_or(f32::NAN)),
+        crate::inference::eval::loss_or_na(*val_loss),
+        crate::inference::eval::percent_or_na(*val_accuracy)
     )
 }

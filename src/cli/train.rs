@@ -12,11 +12,11 @@ use super::commands::{open_data, select_device};
 use super::render::Renderer;
 use super::{ConfigArgs, DeviceArgs};
 use crate::config::Config;
-use crate::dataset;
+use crate::data::dataset;
 use crate::device::SelectedDevice;
+use crate::engine::session::{Job, JobOutput, Session};
 use crate::memory::human_bytes;
-use crate::run_dir::DATA_NOTE;
-use crate::session::{Job, JobOutput, Session};
+use crate::train::run_dir::DATA_NOTE;
 use crate::train::{self, TrainRequest};
 
 /// `vramfit train`.
@@ -28,10 +28,10 @@ pub struct TrainArgs {
     device: DeviceArgs,
     /// Dataset: ImageFolder (root/<class>/*.jpg, or root/train + root/val) or an IDX folder.
     /// Default: the bundled Fashion-MNIST subset.
-    #[arg(value_parser = crate::user_path::UserPathParser, long)]
+    #[arg(value_parser = crate::data::user_path::UserPathParser, long)]
     data: Option<PathBuf>,
     /// Run folder (default runs/<date-time>).
-    #[arg(value_parser = crate::user_path::UserPathParser, long)]
+    #[arg(value_parser = crate::data::user_path::UserPathParser, long)]
     out: Option<PathBuf>,
     /// Continue the run in --out from its latest checkpoint (its config.toml is used).
     #[arg(long)]
@@ -127,7 +127,7 @@ pub fn train(args: TrainArgs) -> anyhow::Result<ExitCode> {
 
 /// The config of the run in `out`, with the command line's overrides that may change on resume.
 fn resumed_config(args: &TrainArgs, out: &Path) -> anyhow::Result<Config> {
-    let (mut config, notes) = crate::run_dir::load_config(out)
+    let (mut config, notes) = crate::train::run_dir::load_config(out)
         .with_context(|| format!("--resume needs the run folder given with --out ({})", out.display()))?;
     for note in notes {
         eprintln!("note: {note}");
@@ -147,7 +147,7 @@ fn resumed_config(args: &TrainArgs, out: &Path) -> anyhow::Result<Config> {
 
 /// The config of a new run; refuses an `out` that already holds a run.
 fn new_run_config(args: &TrainArgs, out: &Path) -> anyhow::Result<Config> {
-    crate::checkpoint::refuse_existing_run(out)?;
+    crate::train::checkpoint::refuse_existing_run(out)?;
     Ok(args.config.load()?)
 }
 
@@ -195,8 +195,8 @@ fn print_summary(summary: &train::TrainSummary, device: &SelectedDevice, out: &P
     if let Some(val) = &summary.val {
         println!(
             "validation accuracy {} (top-5 {}) on {} images after {} epoch{}, {} steps, {:.0} s on {}",
-            crate::eval::percent_or_na(val.top1),
-            crate::eval::percent_or_na(val.top5),
+            crate::inference::eval::percent_or_na(val.top1),
+            crate::inference::eval::percent_or_na(val.top5),
             val.samples,
             summary.epochs_completed,
             if summary.epochs_completed == 1 { "" } else { "s" },

@@ -1,5 +1,5 @@
 //! `vramfit train` runs its engine in a child process: the same binary with the same arguments
-//! plus the hidden `--worker` flag ([`crate::worker_process`] has the protocol and the parent's
+//! plus the hidden `--worker` flag ([`crate::engine::worker`] has the protocol and the parent's
 //! side). This file is the child's side, and the CLI as a parent: it renders the child's events
 //! and prints its crash report. Ctrl-C reaches both processes; the child stops after its step
 //! with a checkpoint and the parent waits for it. Fault injection for tests: [`crate::fault`].
@@ -12,13 +12,13 @@ use std::process::ExitCode;
 use anyhow::Context;
 
 use super::render::Renderer;
-use crate::events::{Event, LiveBudget, StopSignal};
-use crate::worker_process::{End, Output, WorkerProcess};
+use crate::engine::events::{Event, LiveBudget, StopSignal};
+use crate::engine::worker::{End, Output, WorkerProcess};
 
 /// Child side: writes one event line to stdout (flushed, so the parent sees it at once).
 pub fn emit(event: &Event) {
     let mut out = std::io::stdout().lock();
-    let _ = writeln!(out, "{}", crate::worker_process::event_line(event));
+    let _ = writeln!(out, "{}", crate::engine::worker::event_line(event));
     let _ = out.flush();
 }
 

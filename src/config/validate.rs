@@ -2,8 +2,8 @@
 //! range, and [`Config::validate`] adds the file or override it came from.
 
 use super::Config;
-use crate::error::{Error, Result};
-use crate::preprocess::PreprocessMode;
+use crate::data::preprocess::PreprocessMode;
+use crate::engine::error::{Error, Result};
 
 impl Config {
     /// Checks every value's range; `source_name` (the file or override) and the key are named.

@@ -4,8 +4,8 @@
 
 use super::*;
 use crate::device::SelectedDevice;
-use crate::session::{Job, JobKind, JobOutput};
-use crate::worker_process::{TrainingSpec, WorkerJob};
+use crate::engine::session::{Job, JobKind, JobOutput};
+use crate::engine::worker::{TrainingSpec, WorkerJob};
 
 /// One user action.
 #[derive(Clone, Debug, PartialEq)]
@@ -18,7 +18,7 @@ pub enum Command {
     SetDataDir(Option<PathBuf>),
     /// Use a folder's files handed over in memory as the dataset (a page's folder pick: the
     /// folder's name and each file's path within it with its bytes), scanned as a folder is
-    /// ([`crate::dataset::from_files`]). Such data trains in memory ([`InMemoryTraining`]).
+    /// ([`crate::data::dataset::from_files`]). Such data trains in memory ([`InMemoryTraining`]).
     UseFiles {
         /// The folder's name (messages and the setup panel show it).
         root: String,
@@ -57,7 +57,7 @@ pub enum Command {
     Predict(Vec<PathBuf>),
     /// Predict these images (files or a browser's dropped bytes) with the model the last
     /// in-memory run trained.
-    PredictImages(Vec<crate::session::ImageInput>),
+    PredictImages(Vec<crate::engine::session::ImageInput>),
     /// Forget the predictions shown.
     ClearPredictions,
     /// Files dropped on the window: one dataset folder (or IDX file) becomes the dataset,
@@ -75,7 +75,7 @@ impl VramfitApp {
             Command::SelectCpuBackend(b) => self.settings.cpu_backend = b,
             Command::SetDataDir(d) => self.set_data_dir(d),
             Command::UseFiles { root, files } => self.use_files(root, files),
-            Command::SelectPreset(name) => match crate::presets::load_config(&name) {
+            Command::SelectPreset(name) => match crate::config::presets::load_config(&name) {
                 Ok(c) => (self.settings.config, self.settings.preset) = (c, name),
                 Err(e) => self.error = Some(e.to_string()),
             },
@@ -214,13 +214,13 @@ impl VramfitApp {
     fn run_to_start(&mut self, resume: bool) -> Option<(PathBuf, Config)> {
         if !resume {
             self.history = RunHistory::default();
-            return Some((crate::run_dir::new_run_dir(&self.options.runs_dir), self.settings.config.clone()));
+            return Some((crate::train::run_dir::new_run_dir(&self.options.runs_dir), self.settings.config.clone()));
         }
         let Some(run) = self.last_run.clone() else {
             self.error = Some("nothing to resume: train first".into());
             return None;
         };
-        match crate::run_dir::load_config(&run) {
+        match crate::train::run_dir::load_config(&run) {
             Ok((c, notes)) => {
                 self.history.log.extend(notes.into_iter().map(|n| format!("note: {n}")));
                 Some((run, c))
@@ -293,7 +293,7 @@ impl VramfitApp {
     }
 
     /// Predicts `images` with the model the last in-memory run trained, on the session.
-    fn predict_images(&mut self, images: Vec<crate::session::ImageInput>) {
+    fn predict_images(&mut self, images: Vec<crate::engine::session::ImageInput>) {
         self.view = View::Predict;
         let Some(predictor) = self.in_memory_model.clone() else {
             self.predict.error = Some("no model yet: press Train first".into());
@@ -308,7 +308,7 @@ impl VramfitApp {
     /// last in-memory run trained) on the session.
     fn predict_files(&mut self, paths: Vec<PathBuf>) {
         if self.options.in_memory.is_some() && self.predict.model_path.is_none() {
-            let images = paths.into_iter().map(|path| crate::session::ImageInput { path, bytes: None });
+            let images = paths.into_iter().map(|path| crate::engine::session::ImageInput { path, bytes: None });
             self.predict_images(images.collect());
             return;
         }
@@ -328,7 +328,7 @@ impl VramfitApp {
     /// Uses `dir` as the dataset (`None`: the bundled one); ignored while training (a folder
     /// dropped on the window then). A readable folder of one's own images chosen while the
     /// preset is still quickstart (made for the bundled 28 px data) switches the preset to the
-    /// selected card's tier ([`crate::presets::preset_for_card`]), when the adapter reports its
+    /// selected card's tier ([`crate::config::presets::preset_for_card`]), when the adapter reports its
     /// memory; IDX datasets keep their preset.
     fn set_data_dir(&mut self, dir: Option<PathBuf>) {
         if self.in_flight.training {
@@ -339,7 +339,7 @@ impl VramfitApp {
         if self.files_dataset.take().is_some() {
             self.data_for = None;
         }
-        let own_images = dir.as_ref().is_some_and(|d| crate::idx::find_split(d, "train").is_none());
+        let own_images = dir.as_ref().is_some_and(|d| crate::data::idx::find_split(d, "train").is_none());
         self.settings.data_dir = dir;
         let Some(card_bytes) = self.card_bytes() else { return };
         if !own_images || self.settings.preset != "quickstart" {
@@ -347,7 +347,7 @@ impl VramfitApp {
         }
         self.refresh();
         let Ok(classes) = self.data.as_ref().map(|d| d.train.class_names.len()) else { return };
-        match crate::presets::preset_for_card(card_bytes, classes, self.f16_available()) {
+        match crate::config::presets::preset_for_card(card_bytes, classes, self.f16_available()) {
             Ok((name, config)) => {
                 self.status = format!(
                     "preset {name} for this card ({}): batch {} x {}, {}, checkpointing {}",
@@ -364,7 +364,7 @@ impl VramfitApp {
     }
 
     /// Uses the files of the folder `root` handed over in memory as the dataset, scanned with
-    /// the config's split ([`crate::dataset::from_files`]); a refusal (no class folders, empty
+    /// the config's split ([`crate::data::dataset::from_files`]); a refusal (no class folders, empty
     /// classes) shows where the dataset's summary does, naming the folder. Ignored while
     /// training.
     fn use_files(&mut self, root: String, files: Vec<(PathBuf, std::sync::Arc<[u8]>)>) {
@@ -391,7 +391,7 @@ impl VramfitApp {
     fn handle_drop(&mut self, paths: Vec<PathBuf>) {
         let Some(first) = paths.first() else { return };
         let is_dataset = first.is_dir()
-            || crate::idx::find_split(first.parent().unwrap_or(first), "train").is_some()
+            || crate::data::idx::find_split(first.parent().unwrap_or(first), "train").is_some()
                 && !dataset::has_image_extension(first);
         if is_dataset && paths.len() == 1 {
             let dir = if first.is_dir() { first.clone() } else { first.parent().unwrap_or(first).to_path_buf() };
@@ -461,7 +461,7 @@ impl VramfitApp {
             Ok(JobOutput::TrainedInMemory(trained)) => {
                 self.run_ended(&trained.end);
                 let t = *trained;
-                let predictor = crate::infer::Predictor::from_model(t.model, t.metadata, t.device)
+                let predictor = crate::inference::predict::Predictor::from_model(t.model, t.metadata, t.device)
                     .with_buffer_limit(t.buffer_limit);
                 // In a browser an image too large for the device's buffers is refused: a page
                 // has no memory to spare for the CPU copy native prediction would use.
@@ -484,7 +484,7 @@ impl VramfitApp {
 
     /// A run returned normally: its end goes to the status line and the evaluation view, its
     /// export (when it wrote one) becomes the prediction model.
-    fn run_ended(&mut self, end: &crate::events::RunEnd) {
+    fn run_ended(&mut self, end: &crate::engine::events::RunEnd) {
         self.status = match (&end.val, end.stopped) {
             (_, true) if self.options.in_memory.is_some() => {
                 format!("stopped at step {} (a run kept in memory cannot resume)", end.global_step)

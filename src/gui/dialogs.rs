@@ -178,8 +178,8 @@ async fn read_picked(input: &eframe::web_sys::HtmlInputElement) -> Result<Picked
         // Only images are read: the scan ignores the rest by name (`.git` objects, videos,
         // junk), and the page's memory holds every byte read.
         let within = PathBuf::from(within);
-        let skipped = within.iter().any(|c| crate::dataset::is_junk(&c.to_string_lossy()))
-            || !crate::dataset::has_image_extension(&within);
+        let skipped = within.iter().any(|c| crate::data::dataset::is_junk(&c.to_string_lossy()))
+            || !crate::data::dataset::has_image_extension(&within);
         let bytes = match skipped {
             true => Vec::new(),
             false => match wasm_bindgen_futures::JsFuture::from(file.array_buffer()).await {

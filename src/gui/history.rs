@@ -1,6 +1,6 @@
 //! What the plots show: the events of the current run, kept as plot-ready series.
 
-use crate::events::Event;
+use crate::engine::events::Event;
 
 /// Series of one training run (x = global step unless noted).
 #[derive(Clone, Debug, Default)]
@@ -74,10 +74,10 @@ impl RunHistory {
                 self.log.push(format!(
                     "epoch {}: train loss {} acc {}, val loss {} acc {} ({secs:.0} s)",
                     epoch + 1,
-                    crate::eval::loss_or_na(train_loss.unwrap_or(f32::NAN)),
-                    crate::eval::percent_or_na(train_accuracy.unwrap_or(f32::NAN)),
-                    crate::eval::loss_or_na(*val_loss),
-                    crate::eval::percent_or_na(*val_accuracy)
+                    crate::inference::eval::loss_or_na(train_loss.unwrap_or(f32::NAN)),
+                    crate::inference::eval::percent_or_na(train_accuracy.unwrap_or(f32::NAN)),
+                    crate::inference::eval::loss_or_na(*val_loss),
+                    crate::inference::eval::percent_or_na(*val_accuracy)
                 ));
             }
             Event::Checkpoint { path } => self.log.push(format!("checkpoint {}", path.display())),

@@ -31,12 +31,12 @@ use egui_plot::{HLine, Legend, Line, Plot, PlotPoints, VLine};
 use serde::{Deserialize, Serialize};
 
 use crate::config::{Config, Precision};
-use crate::dataset::{self, ScanOptions, Splits};
+use crate::data::dataset::{self, ScanOptions, Splits};
+use crate::data::preprocess::PreprocessMode;
 use crate::device::{self, AdapterInfo, CpuBackend, DeviceChoice};
+use crate::engine::session::{Report, Session};
+pub use crate::engine::worker::WorkerLaunch;
 use crate::memory::{self, Plan, human_bytes};
-use crate::preprocess::PreprocessMode;
-use crate::session::{Report, Session};
-pub use crate::worker_process::WorkerLaunch;
 pub use command::Command;
 pub use frame_time::{FRAME_BUDGET_MS, FrameSummary, FrameTimes};
 pub use history::RunHistory;
@@ -62,7 +62,7 @@ pub struct Settings {
 
 impl Default for Settings {
     fn default() -> Self {
-        let config = crate::presets::load_config("quickstart").unwrap_or_default();
+        let config = crate::config::presets::load_config("quickstart").unwrap_or_default();
         Self { preset: "quickstart".into(), config, data_dir: None, adapter: Some(0), cpu_backend: CpuBackend::DEFAULT }
     }
 }
@@ -142,7 +142,7 @@ pub struct VramfitApp {
     #[cfg(target_arch = "wasm32")]
     page_folder: dialogs::PageFolder,
     /// The model the last in-memory run trained ([`InMemoryTraining`]), for prediction.
-    in_memory_model: Option<std::sync::Arc<crate::infer::Predictor>>,
+    in_memory_model: Option<std::sync::Arc<crate::inference::predict::Predictor>>,
     /// The context the session's repaint requests go to (known from the first frame on).
     repaint: std::sync::Arc<std::sync::OnceLock<egui::Context>>,
     in_flight: InFlight,
@@ -153,7 +153,7 @@ pub struct VramfitApp {
     status: String,
     view: View,
     predict: PredictView,
-    evaluation: Option<crate::eval::EvalResult>,
+    evaluation: Option<crate::inference::eval::EvalResult>,
     frame_times: FrameTimes,
     title_sent: String,
     options: AppOptions,
@@ -299,7 +299,7 @@ impl VramfitApp {
     }
 
     /// The last evaluation (after each epoch, or on demand).
-    pub fn evaluation(&self) -> Option<&crate::eval::EvalResult> {
+    pub fn evaluation(&self) -> Option<&crate::inference::eval::EvalResult> {
         self.evaluation.as_ref()
     }
 
@@ -353,7 +353,7 @@ impl VramfitApp {
     /// The tier preset matching the selected adapter's memory, where the platform reports it
     /// (marked "this card" in the preset picker).
     pub fn card_tier(&self) -> Option<&'static str> {
-        crate::presets::tier_for_memory(self.card_bytes()?)
+        crate::config::presets::tier_for_memory(self.card_bytes()?)
     }
 
     /// The selected adapter's device-local memory in bytes, where the platform reports it.
@@ -373,7 +373,7 @@ impl VramfitApp {
             self.data_for = Some(self.settings.data_dir.clone());
             self.plan_for = None; // the class count may differ
             self.cache_summary =
-                self.settings.data_dir.as_ref().map(|_| crate::image_cache::summary(&self.settings.config.data));
+                self.settings.data_dir.as_ref().map(|_| crate::data::image_cache::summary(&self.settings.config.data));
         }
         if self.plan_for.as_ref() != Some(&self.settings.config) {
             let classes = self.data.as_ref().map_or(10, |d| d.train.class_names.len());
@@ -438,7 +438,8 @@ impl VramfitApp {
         let dropped = ui.ctx().input(|i| i.raw.dropped_files.clone());
         #[cfg(not(target_arch = "wasm32"))]
         if !dropped.is_empty() {
-            self.commands.push(Command::Drop(dropped.iter().map(|f| crate::user_path::normalize(f.path())).collect()));
+            self.commands
+                .push(Command::Drop(dropped.iter().map(|f| crate::data::user_path::normalize(f.path())).collect()));
         }
         // A browser gives a dropped file's name and its bytes, read asynchronously.
         #[cfg(target_arch = "wasm32")]

@@ -5,8 +5,8 @@ use std::path::{Path, PathBuf};
 use eframe::egui;
 
 use super::{Command, dialogs};
-use crate::infer::ClassProb;
-use crate::session::PredictedFile;
+use crate::engine::session::PredictedFile;
+use crate::inference::predict::ClassProb;
 
 /// One predicted image.
 pub struct Prediction {
@@ -34,7 +34,7 @@ pub struct PredictView {
 impl PredictView {
     /// The weights predictions use: the chosen ones, else the last run's export.
     pub(super) fn model_dir(&self, last_run: Option<&Path>) -> Option<PathBuf> {
-        self.model_path.clone().or_else(|| last_run.map(|r| r.join(crate::run_dir::EXPORT)))
+        self.model_path.clone().or_else(|| last_run.map(|r| r.join(crate::train::run_dir::EXPORT)))
     }
 
     /// Results, newest first.
@@ -133,7 +133,7 @@ impl PredictView {
 #[cfg(target_arch = "wasm32")]
 #[derive(Default)]
 pub(super) struct PageDrops {
-    read: std::rc::Rc<std::cell::RefCell<Vec<crate::session::ImageInput>>>,
+    read: std::rc::Rc<std::cell::RefCell<Vec<crate::engine::session::ImageInput>>>,
 }
 
 #[cfg(target_arch = "wasm32")]
@@ -146,14 +146,14 @@ impl PageDrops {
             wasm_bindgen_futures::spawn_local(async move {
                 let bytes = file.bytes_async().await.unwrap_or_default();
                 let path = file.path().to_path_buf();
-                read.borrow_mut().push(crate::session::ImageInput { path, bytes: Some(bytes) });
+                read.borrow_mut().push(crate::engine::session::ImageInput { path, bytes: Some(bytes) });
                 ctx.request_repaint();
             });
         }
     }
 
     /// The files read since the last call.
-    pub(super) fn take(&self) -> Vec<crate::session::ImageInput> {
+    pub(super) fn take(&self) -> Vec<crate::engine::session::ImageInput> {
         std::mem::take(&mut *self.read.borrow_mut())
     }
 }

@@ -136,7 +136,7 @@ impl VramfitApp {
                 .selected_text(self.settings.preset.clone())
                 .show_ui(ui, |ui| {
                     let this_card = self.card_tier();
-                    for (name, _) in crate::presets::PRESETS {
+                    for (name, _) in crate::config::presets::PRESETS {
                         let text =
                             if this_card == Some(name) { format!("{name} (this card)") } else { name.to_string() };
                         if ui.selectable_label(self.settings.preset == name, text).clicked() {

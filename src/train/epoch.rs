@@ -8,100 +8,18 @@
 //! first forward pass where sampled; the step is recorded; then the first-shape cleanup, the
 //! budget check, the periodic checkpoint and the step cap.
 
-use std::path::PathBuf;
-use std::sync::Arc;
 use web_time::Instant;
 
-use super::run::{Run, Store};
-use super::run_folder::{METRICS_HEADER, csv_append};
+use super::epoch_data::{EpochData, EpochTotals};
+use super::run::Run;
 use super::step::{StepError, StepStats};
-use crate::checkpoint;
-use crate::config::Config;
-use crate::dataset::{Dataset, Splits};
-use crate::error::{Error, Result};
-use crate::events::{Event, EventSink, LiveBudget, StopSignal};
-use crate::loader::{self, Batch, SamplePipeline};
+use super::store::{METRICS_HEADER, Store, csv_append};
+use crate::data::loader::{self, Batch};
+use crate::engine::error::{Error, Result};
+use crate::engine::events::{Event, EventSink, LiveBudget, StopSignal};
 use crate::memory::{MemoryTracker, human_bytes};
-use crate::run_dir;
-
-/// The data of every epoch: datasets and their pipelines (augmented for training).
-pub(super) struct EpochData {
-    pub(super) train: Arc<Dataset>,
-    pub(super) val: Arc<Dataset>,
-    pub(super) train_pipe: Arc<SamplePipeline>,
-    pub(super) eval_pipe: Arc<SamplePipeline>,
-    /// The dataset folder, for errors about the data.
-    pub(super) root: PathBuf,
-    /// Batches are built on loader threads (a run folder) or on the calling thread (memory).
-    threads: bool,
-}
-
-impl EpochData {
-    /// The run's datasets and pipelines. In a run folder, training and evaluation share one
-    /// decoded-image cache (their resized images are the same) and training batches go to the
-    /// device's augmentation kernel when `augment_on_device`
-    /// ([`crate::device_augment::augments_on_device`]); in memory, neither (see
-    /// [`Store::Memory`]).
-    pub(super) fn new(splits: &Splits, config: &Config, augment_on_device: bool, store: Store<'_>) -> Self {
-        let threads = matches!(store, Store::Folder { .. });
-        let cache =
-            if threads { crate::image_cache::ImageCache::from_config(&config.data).map(Arc::new) } else { None };
-        Self {
-            train: Arc::new(splits.train.clone()),
-            val: Arc::new(splits.val.clone()),
-            train_pipe: Arc::new(
-                SamplePipeline::from_config(config, true)
-                    .with_cache(cache.clone())
-                    .with_device_augment(augment_on_device),
-            ),
-            eval_pipe: Arc::new(SamplePipeline::from_config(config, false).with_cache(cache)),
-            root: splits.root.clone(),
-            threads,
-        }
-    }
-
-    /// The batches of one training pass.
-    fn batches(&self, pass: loader::Pass, config: &Config) -> loader::BatchIter {
-        if self.threads {
-            loader::batches(
-                self.train.clone(),
-                self.train_pipe.clone(),
-                pass,
-                config.data.workers,
-                config.data.prefetch_batches,
-            )
-        } else {
-            loader::batches_on_this_thread(self.train.clone(), self.train_pipe.clone(), pass)
-        }
-    }
-}
-
-/// Sums over one epoch's steps, for its summary.
-#[derive(Default)]
-pub(super) struct EpochTotals {
-    /// Sum over applied steps of loss x images, and of accuracy x images.
-    pub(super) loss: f64,
-    pub(super) correct: f64,
-    /// Images of the applied steps.
-    pub(super) images: usize,
-    /// Loader batches this invocation trained on (0 for an epoch resumed at its end).
-    pub(super) batches: usize,
-    pub(super) skipped: usize,
-    /// Seconds the loop waited for the loader's next batch (the device idle for want of data).
-    pub(super) data_wait_secs: f64,
-}
-
-impl EpochTotals {
-    /// The epoch's mean training loss and accuracy; `None` when this invocation trained no image
-    /// of it (an epoch resumed at its end): never a NaN.
-    pub(super) fn means(&self) -> (Option<f32>, Option<f32>) {
-        if self.images == 0 {
-            return (None, None);
-        }
-        let n = self.images as f64;
-        (Some((self.loss / n) as f32), Some((self.correct / n) as f32))
-    }
-}
+use crate::train::checkpoint;
+use crate::train::run_dir;
 
 impl Run<'_> {
     /// Phase 5: one epoch's optimizer steps (from where a resumed epoch left off); sets

@@ -2,24 +2,25 @@
 //! checkpoints to. The model lives in memory and is handed back at the end; nothing survives
 //! the process (or the tab), so Resume does not exist here.
 //!
-//! It is the run loop of [`super::train`] itself ([`super::run::run`]) over the memory store:
-//! the same phases, steps, halving retry, live budget, evaluations and [`crate::events::Event`]s, so the app's
+//! It is the run loop of [`super::train`] itself ([`super::phases::run`]) over the memory store:
+//! the same phases, steps, halving retry, live budget, evaluations and [`crate::engine::events::Event`]s, so the app's
 //! plots and the CLI's progress read it unchanged. What it leaves out is what needs a disk: the
 //! run folder, checkpoints and the export; and loader threads (batches are decoded on the calling
 //! thread, which is the only one a page has).
 //!
 //! Its device reads are awaited: in a browser the page keeps running between them; natively
-//! the engine session drives it with `pollster::block_on` ([`crate::session::Job::TrainInMemory`]).
+//! the engine session drives it with `pollster::block_on` ([`crate::engine::session::Job::TrainInMemory`]).
 
 use burn::module::Module;
 use burn::tensor::Device;
 
-use super::run::{self, RunOptions, Store};
+use super::phases;
+use super::store::{RunOptions, Store};
 use crate::config::Config;
-use crate::dataset::Splits;
+use crate::data::dataset::Splits;
 use crate::device::SelectedDevice;
-use crate::error::{Error, Result};
-use crate::events::{EventSink, LiveBudget, RunEnd, StopSignal};
+use crate::engine::error::{Error, Result};
+use crate::engine::events::{EventSink, LiveBudget, RunEnd, StopSignal};
 use crate::export::{ModelMetadata, TrainingInfo};
 use crate::model::Classifier;
 
@@ -69,7 +70,7 @@ impl std::fmt::Debug for TrainedModel {
 
 /// Trains `request.config` on `splits.train` on `device`, evaluating on `splits.val` after each
 /// epoch (and once at the end when a step cap or a stop cut the last epoch short), and hands the
-/// model back. Events as [`super::train`] sends them, without [`crate::events::Event::Checkpoint`]s.
+/// model back. Events as [`super::train`] sends them, without [`crate::engine::events::Event::Checkpoint`]s.
 ///
 /// # Errors
 /// [`Error::Memory`] when the plan exceeds the budget (without `auto_fit`) or one micro-batch's
@@ -91,7 +92,7 @@ pub async fn train_in_memory(
         live_budget: request.live_budget.as_ref(),
         store: Store::Memory,
     };
-    let ended = run::run(options, device, splits, sink, stop).await?;
+    let ended = phases::run(options, device, splits, sink, stop).await?;
     let model = ended.model.ok_or_else(|| Error::Crashed("a run kept in memory ended without its model".into()))?;
     let summary = ended.summary;
     let training = TrainingInfo {

@@ -10,7 +10,7 @@
 //! - **memory** ([`train_in_memory`]): nothing is written and the model is handed back, what a
 //!   browser page (which has no disk) and the session's in-memory job train into.
 //!
-//! Both are one async function ([`run::run`]); natively [`train`] blocks on it, and a page awaits
+//! Both are one async function ([`phases::run`]); natively [`train`] blocks on it, and a page awaits
 //! it. One optimizer step is [`step`]'s: AdamW with warmup + cosine, label smoothing,
 //! global-norm gradient clipping, gradient accumulation, f16 with dynamic loss scaling,
 //! activation checkpointing and a NaN guard. The overfit check and the benchmarks' probes
@@ -21,31 +21,38 @@
 //! optimizer step takes `grad_accum_steps` loader batches. When memory requires it a loader
 //! batch is split `split_factor` ways into **micro-batches** (what one forward pass takes), and
 //! the accumulation grows by the same factor: `micro_batch = ceil(loader_batch / split_factor)`,
-//! computed in [`run::Run::micro_batch`] only.
+//! computed in `Run::micro_batch` only.
 
 use std::path::PathBuf;
 
 use crate::config::Config;
-use crate::dataset::Splits;
+use crate::data::dataset::Splits;
 use crate::device::SelectedDevice;
-use crate::error::Result;
-use crate::eval::EvalResult;
-use crate::events::{EventSink, LiveBudget, StopSignal};
+use crate::engine::error::Result;
+use crate::engine::events::{EventSink, LiveBudget, StopSignal};
+use crate::inference::eval::EvalResult;
 use crate::memory::MemoryTracker;
 
+pub mod checkpoint;
 mod epoch;
+mod epoch_data;
 mod in_memory;
+mod phases;
+pub mod precision;
 pub mod probes;
 mod run;
+pub mod run_dir;
 mod run_folder;
+pub mod schedule;
 pub mod step;
+mod store;
 
 pub use in_memory::{InMemoryRequest, TrainedModel, train_in_memory};
 pub use probes::{
     OverfitResult, StepMemory, TrainingRate, measure_step_memory, measure_training, overfit_check, synthetic_batch,
 };
-pub use run_folder::{EPOCHS_HEADER, METRICS_HEADER};
 pub use step::smoothed_cross_entropy;
+pub use store::{EPOCHS_HEADER, METRICS_HEADER};
 
 /// What to train into a run folder, and how.
 #[derive(Clone, Debug)]
@@ -130,13 +137,13 @@ pub fn train(
     sink: EventSink,
     stop: &StopSignal,
 ) -> Result<TrainSummary> {
-    let options = run::RunOptions {
+    let options = store::RunOptions {
         config: &req.config,
         max_steps: req.max_steps,
         auto_fit: req.auto_fit,
         live_budget: req.live_budget.as_ref(),
-        store: run::Store::Folder { out: &req.out_dir, resume: req.resume, export: req.export },
+        store: store::Store::Folder { out: &req.out_dir, resume: req.resume, export: req.export },
     };
-    let ended = pollster::block_on(run::run(options, device, splits, sink, stop))?;
+    let ended = pollster::block_on(phases::run(options, device, splits, sink, stop))?;
     Ok(ended.summary)
 }

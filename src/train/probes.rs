@@ -11,12 +11,12 @@ use web_time::Instant;
 
 use super::step::{Trainer, precision_on};
 use crate::config::Config;
-use crate::dataset::Dataset;
+use crate::data::dataset::Dataset;
+use crate::data::loader::{self, Batch, SamplePipeline};
 use crate::device::SelectedDevice;
-use crate::error::{Error, Result};
-use crate::eval;
-use crate::events::{Event, EventSink};
-use crate::loader::{self, Batch, SamplePipeline};
+use crate::engine::error::{Error, Result};
+use crate::engine::events::{Event, EventSink};
+use crate::inference::eval;
 use crate::memory::MemoryTracker;
 
 /// Result of [`overfit_check`].
@@ -64,7 +64,7 @@ pub fn overfit_check(
     trainer.schedule.warmup_steps = 10.min(steps);
     let ds = Arc::new(subset);
     // The evaluations read the 64 images from RAM after the first.
-    let ram_only = crate::image_cache::ImageCache::new(1 << 30, 0, None);
+    let ram_only = crate::data::image_cache::ImageCache::new(1 << 30, 0, None);
     let pipe = Arc::new(SamplePipeline::from_config(&cfg, false).with_cache(Some(Arc::new(ram_only))));
     // Decode the 64 images once.
     let pass = loader::Pass::in_order(ds.samples.len(), cfg.train.batch_size, cfg.seed);

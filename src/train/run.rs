@@ -1,60 +1,25 @@
-//! The run loop's phases around the epochs: check the data and the precision (1), plan the
-//! memory (2), open the store (3, [`super::run_folder`] for a run folder), the epochs
-//! ([`super::epoch`]), the end of each epoch (6) and the finish (7). One async function,
-//! [`run`], for both stores.
+//! A run in progress ([`Run`]): its state between the phases, and the phases that read it
+//! whole: the end of each epoch (6: evaluation, metrics, checkpoint) and the finish (7: the
+//! summary, the export or the model handed back). The phases in order are
+//! [`super::phases::run`]'s.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use burn::module::Module;
 use web_time::Instant;
 
 use super::TrainSummary;
-use super::epoch::{EpochData, EpochTotals};
-use super::run_folder::{self, csv_append};
-use super::step::{Trainer, precision_on};
+use super::epoch_data::{EpochData, EpochTotals};
+use super::step::Trainer;
+use super::store::{EPOCHS_HEADER, RunOptions, Store, csv_append};
 use crate::config::Config;
-use crate::dataset::Splits;
+use crate::data::dataset::Splits;
 use crate::device::SelectedDevice;
-use crate::error::{Error, Result};
-use crate::eval::{self, EvalResult};
-use crate::events::{Event, EventSink, LiveBudget, RunEnd, StopSignal};
-use crate::loader::{self, SamplePipeline};
+use crate::engine::error::{Error, Result};
+use crate::engine::events::{Event, EventSink};
+use crate::inference::eval::{self, EvalResult};
 use crate::memory::{self, MemoryTracker, human_bytes};
 use crate::model::Classifier;
-
-/// Where a run keeps what it makes.
-#[derive(Clone, Copy, Debug)]
-pub(super) enum Store<'a> {
-    /// A run folder: its lock, `config.toml`, `metrics.csv` and `epochs.csv` rows, checkpoints
-    /// (resume continues from the newest) and, when `export`, the export of a finished run.
-    Folder {
-        /// The run folder.
-        out: &'a Path,
-        /// Continue from its newest intact checkpoint.
-        resume: bool,
-        /// Write `export/` when the run finishes.
-        export: bool,
-    },
-    /// Memory: nothing is written; the model is handed back. The loader builds batches on the
-    /// calling thread (a page has no other), without the image cache's disk and with the
-    /// augmentation on the CPU, as a page computes them.
-    Memory,
-}
-
-/// What a run is asked to do, whichever its store.
-pub(super) struct RunOptions<'a> {
-    /// The configuration (flags applied).
-    pub(super) config: &'a Config,
-    /// Stop after this many optimizer steps in total (the schedule still spans the epochs).
-    pub(super) max_steps: Option<usize>,
-    /// Over the budget, shrink the micro-batch (accumulation keeps the effective batch) instead
-    /// of refusing.
-    pub(super) auto_fit: bool,
-    /// A budget that may move while the run trains; `None` holds to the config's.
-    pub(super) live_budget: Option<&'a LiveBudget>,
-    /// Where the run keeps what it makes.
-    pub(super) store: Store<'a>,
-}
 
 /// What a finished (or stopped) run leaves: its summary, and the model for a run kept in memory.
 pub(super) struct Ended {
@@ -66,143 +31,6 @@ pub(super) struct Ended {
     pub(super) classes: Vec<String>,
     /// The training loss of every applied optimizer step of this invocation, in order.
     pub(super) losses: Vec<f32>,
-}
-
-/// Runs the phases of a training run on `device` over `splits`, sending [`Event`]s to `sink`:
-/// [`Event::Started`], per step [`Event::Step`] (and [`Event::Memory`] where sampled), per epoch
-/// [`Event::EpochEnd`], and [`Event::Finished`] last. Stop is honoured before each step; the
-/// step cap after the step that reaches it; either one falling on an epoch's last step still
-/// ends that epoch (evaluated, counted as completed).
-///
-/// # Errors
-/// As [`super::train`]; [`Store::Memory`] writes nothing, so it has no I/O errors of its own.
-pub(super) async fn run(
-    options: RunOptions<'_>,
-    device: &SelectedDevice,
-    splits: &Splits,
-    sink: EventSink<'_>,
-    stop: &StopSignal,
-) -> Result<Ended> {
-    let started = Instant::now();
-    if let Store::Folder { out, .. } = options.store {
-        std::fs::create_dir_all(out).map_err(|e| Error::io(out, e))?;
-    }
-    let config = check_data_and_precision(&options, device, splits, sink)?;
-    let config = plan_memory(&options, device, splits, config, sink)?;
-    let mut run = Run::new(options, device, splits, config);
-    let _lock = run.open_store(sink)?;
-    sink(run.started_event(splits));
-    if let Some(why) = run.nothing_to_train() {
-        // Nothing to train: leave the run's export as it is.
-        sink(Event::Warning(format!("nothing to train: {why}")));
-        run.summary.stopped = run.trainer.state.epoch < run.config.train.epochs;
-    } else {
-        let data = EpochData::new(splits, &run.config, run.augments_on_device(), run.options.store);
-        while run.trainer.state.epoch < run.config.train.epochs {
-            let epoch_start = Instant::now();
-            let totals = run.train_epoch(&data, sink, stop).await?;
-            if run.summary.stopped {
-                break;
-            }
-            run.end_epoch(&data, &totals, epoch_start, sink).await?;
-            let more = run.trainer.state.epoch < run.config.train.epochs;
-            if more && (stop.is_set() || run.capped()) {
-                run.summary.stopped = true;
-                break;
-            }
-        }
-        if run.summary.stopped && matches!(run.options.store, Store::Memory) {
-            // A model handed back cut short: the end's accuracy is of the model as it is now.
-            run.summary.val = Some(run.evaluate(&data).await?);
-        }
-    }
-    let ended = run.finish(started)?;
-    sink(Event::Finished(RunEnd {
-        stopped: ended.summary.stopped,
-        global_step: ended.summary.global_step,
-        epochs_completed: ended.summary.epochs_completed,
-        export_dir: ended.summary.export_dir.clone(),
-        val: ended.summary.val.clone(),
-    }));
-    Ok(ended)
-}
-
-/// Phase 1: the data can train (warnings sent), and the precision the device can compute in
-/// (f16 falls back to f32 on a device without it, with a warning).
-fn check_data_and_precision(
-    options: &RunOptions<'_>,
-    device: &SelectedDevice,
-    splits: &Splits,
-    sink: EventSink,
-) -> Result<Config> {
-    let mut config = options.config.clone();
-    if splits.train.samples.is_empty() {
-        let path = match options.store {
-            Store::Folder { out, .. } => out.to_path_buf(),
-            Store::Memory => splits.root.clone(),
-        };
-        return Err(Error::Dataset { path, message: "no training samples".into() });
-    }
-    let probe = SamplePipeline::from_config(&config, false);
-    for warning in
-        splits.report.warnings().into_iter().chain(splits.check_trainable(|source| probe.decode(source).is_ok())?)
-    {
-        sink(Event::Warning(warning));
-    }
-    let precision = precision_on(&config, device);
-    if precision != config.train.precision {
-        sink(Event::Warning(format!("{} has no shader f16: training in f32", device.name)));
-        config.train.precision = precision;
-    }
-    Ok(config)
-}
-
-/// Phase 2: the predicted peak fits the budget (or `auto_fit` makes it fit) and one
-/// micro-batch's largest tensor fits the adapter's buffer limit, before anything is allocated.
-fn plan_memory(
-    options: &RunOptions<'_>,
-    device: &SelectedDevice,
-    splits: &Splits,
-    mut config: Config,
-    sink: EventSink,
-) -> Result<Config> {
-    let classes = splits.train.class_names.len();
-    let px = config.image_size_px();
-    let image_hw = loader::check_sizes_agree(&splits.train, &config.data.preprocess)?.unwrap_or((px, px));
-    let plan = memory::plan(&config, classes);
-    if !plan.fits {
-        if plan.fit_batch_size == 0 {
-            return Err(Error::Memory(format!(
-                "predicted peak {} {} of the {} budget (memory.memory_budget_bytes), and not even batch 1 fits: \
-                 lower data.preprocess.crop_size or the model's width, turn on f16 or checkpointing, or raise the budget",
-                human_bytes(plan.estimate.total),
-                plan.verdict(),
-                human_bytes(plan.budget_bytes),
-            )));
-        }
-        if !options.auto_fit {
-            return Err(Error::Memory(format!(
-                "predicted peak {} {} of the {} budget (memory.memory_budget_bytes); set train.batch_size = {} with \
-                 train.grad_accum_steps = {} to keep the effective batch, turn on checkpointing or f16, or pass --auto-fit",
-                human_bytes(plan.estimate.total),
-                plan.verdict(),
-                human_bytes(plan.budget_bytes),
-                plan.fit_batch_size,
-                plan.fit_grad_accum_steps
-            )));
-        }
-        sink(Event::BatchAdapted {
-            micro_batch: plan.fit_batch_size,
-            grad_accum_steps: plan.fit_grad_accum_steps,
-            reason: format!("--auto-fit: batch {} {}", config.train.batch_size, plan.verdict()),
-        });
-        config.train.batch_size = plan.fit_batch_size;
-        config.train.grad_accum_steps = plan.fit_grad_accum_steps;
-    }
-    if let Some(limit) = device.buffer_limit() {
-        memory::check_buffer_limit(&config.model, classes, image_hw, config.train.batch_size, limit, &device.name)?;
-    }
-    Ok(config)
 }
 
 /// A run in progress: what the phases read and update.
@@ -234,12 +62,12 @@ pub(super) struct Run<'a> {
 }
 
 impl<'a> Run<'a> {
-    fn new(options: RunOptions<'a>, device: &'a SelectedDevice, splits: &Splits, config: Config) -> Self {
+    pub(super) fn new(options: RunOptions<'a>, device: &'a SelectedDevice, splits: &Splits, config: Config) -> Self {
         let classes = splits.train.class_names.clone();
         let estimate = memory::estimate(&config, config.train.batch_size, classes.len());
         let (loader_batch, accum) = (config.train.batch_size.max(1), config.train.grad_accum_steps.max(1));
         let n_batches = splits.train.samples.len().div_ceil(loader_batch);
-        let steps_per_epoch = crate::schedule::steps_per_epoch(splits.train.samples.len(), &config.train);
+        let steps_per_epoch = crate::train::schedule::steps_per_epoch(splits.train.samples.len(), &config.train);
         let steps_total = steps_per_epoch * config.train.epochs;
         let precision = config.train.precision;
         let trainer = Trainer::new(&config, precision, &device.device, classes.clone(), steps_total, steps_per_epoch);
@@ -297,13 +125,13 @@ impl<'a> Run<'a> {
 
     /// Whether training batches go to the device's augmentation kernel (never for a run kept in
     /// memory: see [`Store::Memory`]).
-    fn augments_on_device(&self) -> bool {
+    pub(super) fn augments_on_device(&self) -> bool {
         matches!(self.options.store, Store::Folder { .. })
-            && crate::device_augment::augments_on_device(&self.config, &self.device.device)
+            && crate::kernels::device_augment::augments_on_device(&self.config, &self.device.device)
     }
 
     /// The run's [`Event::Started`].
-    fn started_event(&self, splits: &Splits) -> Event {
+    pub(super) fn started_event(&self, splits: &Splits) -> Event {
         Event::Started {
             device: self.device.name.clone(),
             out_dir: self.summary.out_dir.clone(),
@@ -318,7 +146,7 @@ impl<'a> Run<'a> {
     }
 
     /// Why a resumed run has nothing to train (its epochs or the step cap are done), if so.
-    fn nothing_to_train(&self) -> Option<String> {
+    pub(super) fn nothing_to_train(&self) -> Option<String> {
         let state = &self.trainer.state;
         let resumed = matches!(self.options.store, Store::Folder { resume: true, .. });
         let max_steps = self.options.max_steps;
@@ -339,7 +167,7 @@ impl<'a> Run<'a> {
     }
 
     /// The model as it is now, evaluated on the validation split.
-    async fn evaluate(&self, data: &EpochData) -> Result<EvalResult> {
+    pub(super) async fn evaluate(&self, data: &EpochData) -> Result<EvalResult> {
         let workers = match self.options.store {
             Store::Folder { .. } => self.config.data.workers,
             Store::Memory => 0,
@@ -362,7 +190,7 @@ impl<'a> Run<'a> {
     /// # Errors
     /// [`Error::Dataset`] when the epoch trained steps but none on a usable image (every image
     /// skipped): its metrics would be undefined.
-    async fn end_epoch(
+    pub(super) async fn end_epoch(
         &mut self,
         data: &EpochData,
         totals: &EpochTotals,
@@ -392,8 +220,8 @@ impl<'a> Run<'a> {
         if let Store::Folder { out, .. } = self.options.store {
             let cell = |v: Option<f32>| v.map_or_else(String::new, |v| v.to_string());
             csv_append(
-                &out.join(crate::run_dir::EPOCHS_CSV),
-                run_folder::EPOCHS_HEADER,
+                &out.join(crate::train::run_dir::EPOCHS_CSV),
+                EPOCHS_HEADER,
                 &format!(
                     "{epoch},{},{},{},{},{},{secs:.1},{}",
                     cell(train_loss),
@@ -448,7 +276,7 @@ impl<'a> Run<'a> {
 
     /// Phase 7: the summary, the export of a run folder that finished, and the model of a run
     /// kept in memory.
-    fn finish(mut self, started: Instant) -> Result<Ended> {
+    pub(super) fn finish(mut self, started: Instant) -> Result<Ended> {
         let (micro_batch, grad_accum_steps) = self.micro_batch();
         let summary = &mut self.summary;
         summary.global_step = self.trainer.state.global_step;
@@ -467,7 +295,7 @@ impl<'a> Run<'a> {
                         val_accuracy: summary.val.as_ref().map(|v| v.top1),
                         device: self.device.name.clone(),
                     };
-                    let dir = out.join(crate::run_dir::EXPORT);
+                    let dir = out.join(crate::train::run_dir::EXPORT);
                     crate::export::export(&model, &self.config, &self.classes, &info, &dir)?;
                     summary.export_dir = Some(dir);
                 }

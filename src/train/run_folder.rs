@@ -1,56 +1,17 @@
 //! Phase 3 for a run folder: the folder made ours (a new run refuses one that holds a run, a
 //! process lock is held, temporaries of an interrupted save removed), resumed from its newest
-//! intact checkpoint, and its manifest and `config.toml` written; and the CSV files a run
-//! appends to.
+//! intact checkpoint, and its manifest and `config.toml` written.
 
-use std::io::Write;
 use std::path::Path;
 
-use super::run::{Run, Store};
-use crate::checkpoint;
+use super::run::Run;
+use super::store::{Store, truncate_csv};
 use crate::config::Precision;
-use crate::error::{Error, Result};
-use crate::events::{Event, EventSink};
-use crate::precision::LossScaler;
-use crate::run_dir;
-
-/// Header of `metrics.csv`.
-pub const METRICS_HEADER: &str = "step,epoch,loss,accuracy,lr,images_per_sec,bytes_in_use,bytes_reserved";
-/// Header of `epochs.csv`.
-pub const EPOCHS_HEADER: &str = "epoch,train_loss,train_accuracy,val_loss,val_accuracy,val_top5,secs,skipped";
-
-/// Keeps the header and the rows of a CSV file whose first column `keep` accepts, dropping the
-/// rest (rows written after the checkpoint a run resumes from, so no step appears twice).
-///
-/// # Errors
-/// [`Error::Io`] naming the file.
-fn truncate_csv(path: &Path, keep: impl Fn(usize) -> bool) -> Result<usize> {
-    let Ok(text) = std::fs::read_to_string(path) else { return Ok(0) };
-    let mut out = String::with_capacity(text.len());
-    let mut dropped = 0;
-    for (i, line) in text.lines().enumerate() {
-        let first = line.split(',').next().and_then(|v| v.parse::<usize>().ok());
-        if i == 0 || first.is_some_and(&keep) {
-            out.push_str(line);
-            out.push('\n');
-        } else {
-            dropped += 1;
-        }
-    }
-    if dropped > 0 {
-        crate::atomic_file::write_atomic(path, out.as_bytes())?;
-    }
-    Ok(dropped)
-}
-
-pub(super) fn csv_append(path: &Path, header: &str, line: &str) -> Result<()> {
-    let new = !path.exists();
-    let mut f = std::fs::OpenOptions::new().create(true).append(true).open(path).map_err(|e| Error::io(path, e))?;
-    if new {
-        writeln!(f, "{header}").map_err(|e| Error::io(path, e))?;
-    }
-    writeln!(f, "{line}").map_err(|e| Error::io(path, e))
-}
+use crate::engine::error::{Error, Result};
+use crate::engine::events::{Event, EventSink};
+use crate::train::checkpoint;
+use crate::train::precision::LossScaler;
+use crate::train::run_dir;
 
 impl Run<'_> {
     /// Phase 3: for a run folder, the folder made ours and resumed when asked (the returned
@@ -114,8 +75,8 @@ impl Run<'_> {
                 path: out.to_path_buf(),
                 message: format!(
                     "this run was trained on {} but the data given has {}; resume with the data the run was trained on (its data.txt names it)",
-                    crate::dataset::class_list(&state.class_names),
-                    crate::dataset::class_list(&self.classes)
+                    crate::data::dataset::class_list(&state.class_names),
+                    crate::data::dataset::class_list(&self.classes)
                 ),
             });
         }

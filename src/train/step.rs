@@ -9,17 +9,17 @@
 //! whatever the split. The step counter (`state.global_step`) is advanced here, by an applied
 //! update, and nowhere else.
 
-use crate::checkpoint::{self, TrainState};
 use crate::config::{Config, Precision};
+use crate::data::loader::Batch;
 use crate::device::SelectedDevice;
-use crate::error::{Error, Result};
-use crate::eval::batch_tensors;
-use crate::events::{Event, EventSink};
-use crate::loader::Batch;
+use crate::engine::error::{Error, Result};
+use crate::engine::events::{Event, EventSink};
+use crate::inference::eval::batch_tensors;
 use crate::memory::MemoryTracker;
 use crate::model::Classifier;
-use crate::precision::LossScaler;
-use crate::schedule::WarmupCosine;
+use crate::train::checkpoint::{self, TrainState};
+use crate::train::precision::LossScaler;
+use crate::train::schedule::WarmupCosine;
 use burn::module::{Module, ModuleVisitor, Param};
 use burn::optim::{AdamWConfig, GradientsAccumulator, GradientsParams, ModuleOptimizer};
 use burn::tensor::{Device, Int, Tensor, TensorData};
@@ -52,9 +52,9 @@ impl From<StepError> for Error {
 }
 
 impl StepError {
-    /// A device failure from a runtime error, kept to one line ([`crate::error::one_line_cause`]).
+    /// A device failure from a runtime error, kept to one line ([`crate::engine::error::one_line_cause`]).
     fn device(cause: &impl std::fmt::Debug) -> Self {
-        StepError::Device(crate::error::one_line_cause(&format!("{cause:?}")))
+        StepError::Device(crate::engine::error::one_line_cause(&format!("{cause:?}")))
     }
 }
 
@@ -376,12 +376,12 @@ impl Trainer {
     /// training device's autodiff strategy.
     ///
     /// # Errors
-    /// As [`crate::device_augment::augment_batch`].
+    /// As [`crate::kernels::device_augment::augment_batch`].
     fn input_tensors(&self, mut batch: Batch) -> Result<(Tensor<4>, Tensor<1, Int>)> {
         let Some(packed) = batch.packed.take() else { return Ok(batch_tensors(batch, &self.ad_device)) };
         let data = &self.config.data;
         let params = packed.params((batch.height, batch.width), data.mean, data.std)?;
-        let images = crate::device_augment::augment_batch(packed.pixels, params, &self.device)?;
+        let images = crate::kernels::device_augment::augment_batch(packed.pixels, params, &self.device)?;
         // On the training device, with its checkpointing strategy (operands must share one).
         let images = match self.ad_device.gradient_checkpointing_strategy() {
             Some(strategy) => images.autodiff().with_gradient_checkpointing_strategy(strategy),

@@ -121,7 +121,7 @@ fn gui_preselects_the_cards_tier_for_a_folder_of_images() {
     app.apply(Command::SetDataDir(Some(folder.clone())));
     let scan = ScanOptions { val_fraction: 0.1, seed: 42, allow_empty_classes: false };
     let classes = dataset::open(&folder, &scan).unwrap().train.class_names.len();
-    let (name, config) = vramfit::presets::preset_for_card(card, classes, app.f16_available()).unwrap();
+    let (name, config) = vramfit::config::presets::preset_for_card(card, classes, app.f16_available()).unwrap();
     assert_eq!(app.settings().preset, name);
     assert_eq!(app.settings().config, config);
     assert!(app.status().starts_with(&format!("preset {name} for this card")), "{}", app.status());

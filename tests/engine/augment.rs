@@ -4,10 +4,10 @@
 
 use super::*;
 use rand::{Rng, SeedableRng};
-use vramfit::augment::EraseRect;
 use vramfit::config::AugmentConfig;
-use vramfit::device_augment::{self, AugmentParams, ImageAugment};
-use vramfit::loader::StageTimes;
+use vramfit::data::augment::EraseRect;
+use vramfit::data::loader::StageTimes;
+use vramfit::kernels::device_augment::{self, AugmentParams, ImageAugment};
 
 /// `n` random 40 x 40 images (what the cache holds at `load_size` 40).
 fn random_images(n: usize) -> Vec<image::RgbImage> {
@@ -31,7 +31,10 @@ fn both_paths(
     let drawn: Vec<ImageAugment> = images
         .iter()
         .enumerate()
-        .map(|(i, img)| AugmentParams::draw(pipeline, img.dimensions(), &mut seeded(i)).unwrap())
+        .map(|(i, img)| {
+            AugmentParams::draw(&pipeline.preprocess, pipeline.augment.as_ref(), img.dimensions(), &mut seeded(i))
+                .unwrap()
+        })
         .collect();
     let params = AugmentParams::new(&drawn, (40, 40), (32, 32), pipeline.mean, pipeline.std).unwrap();
     let pixels: Vec<u32> = images.iter().flat_map(|img| device_augment::pack_rgb8(img.as_raw())).collect();

@@ -36,7 +36,7 @@ fn run(
         let options = ConvOptions::new([stride, stride], [1, 1], [1, 1], weight.dims()[0]);
         burn::tensor::module::conv2d(input, weight.clone(), None, options)
     } else {
-        vramfit::depthwise_conv::depthwise_conv3x3(input, weight.clone(), stride)
+        vramfit::kernels::depthwise_conv::depthwise_conv3x3(input, weight.clone(), stride)
     };
     let g = values(&y.dims(), 99);
     let y = y * Tensor::<4>::from_data(g, device);

@@ -42,7 +42,7 @@ fn c13_empty_classes_and_unicode_names() {
     let model = vramfit::model::Classifier::new(&config.model, 4, &device);
     let out = dir.path().join("export");
     vramfit::export::export(&model, &config, &ds.class_names, &Default::default(), &out).unwrap();
-    let predictor = vramfit::infer::Predictor::load(&out, device).unwrap();
+    let predictor = vramfit::inference::predict::Predictor::load(&out, device).unwrap();
     assert_eq!(predictor.metadata.class_names, ds.class_names);
     let img = load("C07", "ok_baseline.jpg").unwrap();
     let names: Vec<String> = predictor.predict_image(&img, 4).unwrap().into_iter().map(|c| c.name).collect();

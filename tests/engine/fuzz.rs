@@ -42,7 +42,7 @@ fn fuzz_image_loading_never_panics() {
                 bytes[at] = 0xFF;
             }
         }
-        let result = std::panic::catch_unwind(|| vramfit::image_io::decode_image(&bytes, &opts));
+        let result = std::panic::catch_unwind(|| vramfit::data::image_io::decode_image(&bytes, &opts));
         let result = result.unwrap_or_else(|_| panic!("decoding mutated input {i} panicked"));
         if let Ok(img) = result {
             decoded += 1;

@@ -36,7 +36,7 @@ fn run(device: &Device, dims: [usize; 4], groups: usize, burn_ops: bool, seed: u
     let y = if burn_ops {
         burn::tensor::activation::gelu(norm.forward(leaf.clone()))
     } else {
-        vramfit::group_norm_gelu::group_norm_gelu(leaf.clone(), &norm)
+        vramfit::kernels::group_norm_gelu::group_norm_gelu(leaf.clone(), &norm)
     };
     let y = y * Tensor::<4>::from_data(values(&dims, 0.0, 1.0, seed + 3), device);
     let grads = y.clone().sum().backward();
@@ -92,6 +92,6 @@ fn more_groups_than_one_row_of_the_dispatch_grid() {
     norm.beta = Some(Param::from_tensor(Tensor::<1>::from_data(values(&[8], 0.0, 1.0, 5), &device)));
     let x = Tensor::<4>::from_data(values(&[8200, 8, 1, 1], 0.0, 1.0, 6), &device);
     let want = burn::tensor::activation::gelu(norm.forward(x.clone())).into_data();
-    let got = vramfit::group_norm_gelu::group_norm_gelu(x, &norm).into_data();
+    let got = vramfit::kernels::group_norm_gelu::group_norm_gelu(x, &norm).into_data();
     got.assert_approx_eq::<f32>(&want, Tolerance::absolute(1e-5));
 }

@@ -53,9 +53,9 @@ fn c06_rgba_prediction_input_is_white_not_blue() {
 }
 
 /// An untrained 3-class predictor on burn flex whose inputs are resized and cropped to `crop_size`.
-fn flex_predictor(crop_size: usize) -> vramfit::infer::Predictor {
+fn flex_predictor(crop_size: usize) -> vramfit::inference::predict::Predictor {
     let (model, metadata) = flex_model(crop_size);
-    vramfit::infer::Predictor::from_model(model, metadata, burn::tensor::Device::flex())
+    vramfit::inference::predict::Predictor::from_model(model, metadata, burn::tensor::Device::flex())
 }
 
 /// An untrained 3-class model on burn flex and its metadata (inputs resized and cropped to
@@ -95,9 +95,10 @@ fn prediction_from_dropped_bytes_matches_prediction_from_the_file() {
     let (model, metadata) = flex_model(32);
     let flex = burn::tensor::Device::flex;
     let capped = |m: &vramfit::model::Classifier| {
-        vramfit::infer::Predictor::from_model(m.clone(), metadata.clone(), flex()).with_buffer_limit(Some(1024))
+        vramfit::inference::predict::Predictor::from_model(m.clone(), metadata.clone(), flex())
+            .with_buffer_limit(Some(1024))
     };
-    let uncapped = vramfit::infer::Predictor::from_model(model.clone(), metadata.clone(), flex());
+    let uncapped = vramfit::inference::predict::Predictor::from_model(model.clone(), metadata.clone(), flex());
     let fallback = capped(&model);
     assert_eq!(fallback.predict_image(&img, 3).unwrap(), uncapped.predict_image(&img, 3).unwrap());
     assert!(fallback.take_notices().iter().any(|n| n.contains("32x32 input") && n.ends_with("predicted on the CPU")));
@@ -240,14 +241,18 @@ fn c15_mixed_sizes_in_mode_none_are_refused_before_training() {
     }
     let ds = scan(dir.path(), false).unwrap().0;
     let none = PreprocessConfig { mode: PreprocessMode::None, load_size: 256, crop_size: 224 };
-    let err = vramfit::loader::check_sizes_agree(&ds, &none).unwrap_err().to_string();
+    let err = vramfit::data::loader::check_sizes_agree(&ds, &none).unwrap_err().to_string();
     assert!(err.contains("resize_and_crop") && err.contains("255x255 and "), "{err}");
     let fixed = PreprocessConfig { mode: PreprocessMode::ResizeAndCrop, ..none };
-    assert_eq!(vramfit::loader::check_sizes_agree(&ds, &fixed).unwrap(), None, "a fixed output size needs no check");
+    assert_eq!(
+        vramfit::data::loader::check_sizes_agree(&ds, &fixed).unwrap(),
+        None,
+        "a fixed output size needs no check"
+    );
     let same =
         ds.samples.iter().filter(|s| matches!(&s.source, SampleSource::File(p) if p.ends_with("odd_255x255.png")));
     let one = dataset::Dataset { class_names: ds.class_names.clone(), samples: same.cloned().collect() };
-    let (h, w) = vramfit::loader::check_sizes_agree(&one, &none).unwrap().unwrap();
+    let (h, w) = vramfit::data::loader::check_sizes_agree(&one, &none).unwrap().unwrap();
     assert_eq!(h, w, "a square image trains square");
     assert!((252..=256).contains(&h), "255 px trains at its own (rounded) size, not {h}");
 }

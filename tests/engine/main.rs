@@ -8,15 +8,16 @@
 
 use std::path::{Path, PathBuf};
 
+use vramfit::Error;
 use vramfit::config::Config;
-use vramfit::dataset::{self, SampleSource, ScanOptions};
+use vramfit::data::dataset::{self, SampleSource, ScanOptions};
+use vramfit::data::idx;
+use vramfit::data::image_io::{LoadOptions, load_image};
+use vramfit::data::loader::SamplePipeline;
+use vramfit::data::preprocess::{PreprocessConfig, PreprocessMode};
 use vramfit::device::{self, CpuBackend, DeviceChoice, SelectedDevice};
-use vramfit::events::{Event, StopSignal};
-use vramfit::image_io::{LoadOptions, load_image};
-use vramfit::loader::SamplePipeline;
-use vramfit::preprocess::{PreprocessConfig, PreprocessMode};
+use vramfit::engine::events::{Event, StopSignal};
 use vramfit::train::{self, TrainRequest};
-use vramfit::{Error, idx};
 
 mod app;
 mod augment;

@@ -59,7 +59,7 @@ fn a_capped_pool_fails_the_step_over_the_budget_and_it_is_retried_at_half() {
     let mut req = TrainRequest::new(config, dir.path().join("run"));
     req.max_steps = Some(6);
     req.export = false;
-    let budget = vramfit::events::LiveBudget::new(1 << 40);
+    let budget = vramfit::engine::events::LiveBudget::new(1 << 40);
     req.live_budget = Some(budget.clone());
     let (mut steps, mut adapted, mut lowered_to) = (Vec::new(), Vec::new(), 0u64);
     let mut sink = |e: Event| match e {

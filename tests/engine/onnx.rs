@@ -4,8 +4,8 @@ use super::*;
 
 #[test]
 fn onnx_export_matches_onnx_runtime_for_both_precisions_and_inputs() {
+    use vramfit::export::onnx::OnnxInput;
     use vramfit::export::{ExportOptions, export_run_with};
-    use vramfit::onnx::OnnxInput;
     let Some(python) = onnx_python() else { return };
     let splits = bundled();
     let dir = tempfile::tempdir().unwrap();

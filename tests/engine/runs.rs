@@ -11,7 +11,7 @@ fn c18_a_damaged_newest_checkpoint_falls_back_to_the_previous_one() {
     let (ok, log) = cli_train(&data, &run, &["--epochs", "3", "--batch-size", "2"]);
     assert!(ok, "{log}");
     assert_eq!(checkpoint_names(&run), ["step-00000010", "step-00000015"], "the two newest are kept");
-    assert!(vramfit::checkpoint::verify(&run.join("checkpoints/step-00000015"), false).is_ok());
+    assert!(vramfit::train::checkpoint::verify(&run.join("checkpoints/step-00000015"), false).is_ok());
 
     // The weights of the newest emptied (a full disk): resume names the file and uses step 10.
     let emptied = dir.path().join("emptied");
@@ -93,7 +93,7 @@ fn c19_epochs_on_resume_extend_the_run_and_other_overrides_are_announced_or_refu
     assert!(!ok && log.contains("cannot change on resume"), "{log}");
     assert!(snapshot_files(&run) == before, "a refused resume changes no file");
     // One process at a time in a run folder.
-    let lock = vramfit::checkpoint::RunLock::acquire(&run).unwrap();
+    let lock = vramfit::train::checkpoint::RunLock::acquire(&run).unwrap();
     let (ok, log) = cli_train(&data, &run, &["--resume", "--epochs", "5"]);
     assert!(!ok && log.contains("is training in this folder"), "{log}");
     drop(lock);
@@ -141,7 +141,7 @@ fn the_cli_survives_a_crashed_training_process_and_the_run_resumes() {
         assert_eq!(code, Some(1), "the parent exits normally with status 1: {log}");
         assert!(log.contains(&format!("the training process died {cause}")), "{fault}: {log}");
         assert!(log.contains("newest checkpoint") && log.contains(resume_hint), "{fault}: {log}");
-        assert!(vramfit::checkpoint::find_latest(&run).unwrap().damaged.is_empty());
+        assert!(vramfit::train::checkpoint::find_latest(&run).unwrap().damaged.is_empty());
         let (ok, log) = cli_train(&data, &run, &["--resume"]);
         assert!(ok, "{fault}: {log}");
         assert_eq!(metric_steps(&run), (1..=15).collect::<Vec<_>>(), "{fault}: every step once");
@@ -159,7 +159,7 @@ fn run_folders_carry_a_format_version_and_configs_from_other_versions_still_resu
     let (ok, log) = cli_train(&data, &run, &["--epochs", "1"]);
     assert!(ok, "{log}");
     let manifest: serde_json::Value = serde_json::from_slice(&std::fs::read(run.join("run.json")).unwrap()).unwrap();
-    assert_eq!(manifest["format_version"], vramfit::run_dir::FORMAT_VERSION);
+    assert_eq!(manifest["format_version"], vramfit::train::run_dir::FORMAT_VERSION);
     assert_eq!(manifest["created_by"], env!("CARGO_PKG_VERSION"));
 
     let config_path = run.join("config.toml");
@@ -220,12 +220,12 @@ fn sigkill_at_20_points_then_resume_finishes_with_every_step_once() {
         let extra = ["--epochs", "3", "--batch-size", "1", "--set", "train.checkpoint_every_steps=3"];
         let (_, log) = cli_train_with_fault(&data, &run, &extra, Some(&format!("kill@{point}")));
         assert!(log.contains("the training process died (SIGKILL"), "{point}: {log}");
-        let resumed_from = vramfit::checkpoint::find_latest(&run).map_or(0, |l| l.state.global_step);
+        let resumed_from = vramfit::train::checkpoint::find_latest(&run).map_or(0, |l| l.state.global_step);
         let (ok, log) = cli_train(&data, &run, &["--resume"]);
         assert!(ok, "{point}: {log}");
         assert_eq!(metric_steps(&run), (1..=30).collect::<Vec<_>>(), "{point}: every step once");
         for e in std::fs::read_dir(run.join("checkpoints")).unwrap().flatten().filter(|e| e.path().is_dir()) {
-            assert!(vramfit::checkpoint::verify(&e.path(), false).is_ok(), "{point}: {:?}", e.path());
+            assert!(vramfit::train::checkpoint::verify(&e.path(), false).is_ok(), "{point}: {:?}", e.path());
         }
         outcomes.push(format!("kill@{point}: resumed from step {resumed_from}"));
     }

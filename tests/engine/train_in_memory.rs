@@ -4,8 +4,8 @@
 use std::sync::Arc;
 
 use egui_kittest::Harness;
+use vramfit::engine::session::{Job, JobOutput, Session};
 use vramfit::gui::{AppOptions, Command, InMemoryTraining, Settings, VramfitApp};
-use vramfit::session::{Job, JobOutput, Session};
 use vramfit::train::InMemoryRequest;
 
 use super::*;
@@ -58,7 +58,7 @@ fn in_memory_training_learns_and_reports_as_the_run_folder_loop_does() {
     assert_eq!((trained.metadata.training.steps, trained.metadata.class_names.len()), (40, 10));
     // The model handed back is the one evaluated: the same top-1 on the same images.
     let config = quickstart();
-    let settings = vramfit::eval::EvalSettings {
+    let settings = vramfit::inference::eval::EvalSettings {
         model: &config.model,
         batch_size: 32,
         precision: config.train.precision,
@@ -66,8 +66,14 @@ fn in_memory_training_learns_and_reports_as_the_run_folder_loop_does() {
         buffer_limit: None,
     };
     let pipeline = Arc::new(SamplePipeline::from_config(&config, false));
-    let again = vramfit::eval::evaluate(&trained.model, Arc::new(val), pipeline, &CpuBackend::Flex.device(), &settings)
-        .unwrap();
+    let again = vramfit::inference::eval::evaluate(
+        &trained.model,
+        Arc::new(val),
+        pipeline,
+        &CpuBackend::Flex.device(),
+        &settings,
+    )
+    .unwrap();
     assert!((again.top1 - top1).abs() < 1e-6, "{} against {top1}", again.top1);
 }
 
@@ -146,7 +152,7 @@ fn gui_trains_in_memory_as_the_browser_app_does() {
     images.push(text);
     let dropped = std::fs::read(&images[0]).unwrap();
     harness.state_mut().apply(Command::Predict(images));
-    let input = vramfit::session::ImageInput { path: "dropped.png".into(), bytes: Some(dropped) };
+    let input = vramfit::engine::session::ImageInput { path: "dropped.png".into(), bytes: Some(dropped) };
     harness.state_mut().apply(Command::PredictImages(vec![input]));
     step_until(&mut harness, "the predictions", |a| !a.busy() && a.predictions().len() == 4);
     for p in harness.state().predictions() {
@@ -183,7 +189,8 @@ fn gui_trains_in_memory_as_the_browser_app_does() {
     };
     let shown = app.evaluation().unwrap().clone();
     for weights in ["model.bpk", "model.safetensors"] {
-        let again = vramfit::eval::evaluate_export(&export.join(weights), bundled().val, &device, 32).unwrap();
+        let again =
+            vramfit::inference::eval::evaluate_export(&export.join(weights), bundled().val, &device, 32).unwrap();
         assert_eq!(again.samples, shown.samples);
         let one_image = 1.0 / shown.samples as f32;
         assert!(

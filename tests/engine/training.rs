@@ -30,7 +30,7 @@ fn train_export_predict_parity_and_resume() {
     let first = train::train(&req, &device, &splits, &mut |e| events.push(e), &StopSignal::new()).unwrap();
     assert!(first.stopped);
     assert_eq!(first.global_step, 30);
-    let (_, state) = vramfit::checkpoint::latest(&run).unwrap();
+    let (_, state) = vramfit::train::checkpoint::latest(&run).unwrap();
     assert_eq!((state.global_step, state.batches_done_in_epoch), (30, 30));
     let mut req = TrainRequest::new(config.clone(), &run);
     req.resume = true;
@@ -58,8 +58,8 @@ fn train_export_predict_parity_and_resume() {
     // 2) Export round trip: bpk and safetensors give identical logits.
     let export = done.export_dir.clone().unwrap();
     let cpu = burn::tensor::Device::flex();
-    let a = vramfit::infer::Predictor::load(&export.join("model.bpk"), cpu.clone()).unwrap();
-    let b = vramfit::infer::Predictor::load(&export.join("model.safetensors"), cpu).unwrap();
+    let a = vramfit::inference::predict::Predictor::load(&export.join("model.bpk"), cpu.clone()).unwrap();
+    let b = vramfit::inference::predict::Predictor::load(&export.join("model.safetensors"), cpu).unwrap();
     let img = image::RgbImage::from_fn(28, 28, |x, y| image::Rgb([(x * 9) as u8, (y * 9) as u8, 100]));
     assert_eq!(
         a.probabilities(std::slice::from_ref(&img)).unwrap(),
@@ -72,7 +72,7 @@ fn train_export_predict_parity_and_resume() {
         splits.val.samples.iter().map(|s| pipe.decode(&s.source).unwrap()).collect()
     };
     let probs = |dev: burn::tensor::Device| -> Vec<Vec<f32>> {
-        let p = vramfit::infer::Predictor::load(&export, dev).unwrap();
+        let p = vramfit::inference::predict::Predictor::load(&export, dev).unwrap();
         test.chunks(100).flat_map(|c| p.probabilities(c).unwrap()).collect()
     };
     let (on_gpu, backends) = match gpu() {
@@ -81,7 +81,7 @@ fn train_export_predict_parity_and_resume() {
     };
     for backend in backends {
         let on_cpu = probs(backend.device());
-        let argmax = |v: &[f32]| vramfit::eval::top_k(v, 1)[0].0;
+        let argmax = |v: &[f32]| vramfit::inference::eval::top_k(v, 1)[0].0;
         let agree = on_gpu.iter().zip(&on_cpu).filter(|(g, c)| argmax(g) == argmax(c)).count();
         assert!(agree as f64 >= 0.995 * test.len() as f64, "{backend:?}: top-1 agrees on {agree}/{}", test.len());
         let max_diff = on_gpu
@@ -256,7 +256,7 @@ fn a_tensor_over_the_adapter_buffer_limit_is_refused_with_the_reason() {
     req_huge.resume = true;
     let err = train::train(&req_huge, &device, &splits, &mut |_e| {}, &StopSignal::new()).unwrap_err().to_string();
     assert!(err.contains("per buffer") && err.contains("train.batch_size <="), "{err}");
-    let (_, _, state) = vramfit::checkpoint::load_latest_model(&run, &device.device).unwrap();
+    let (_, _, state) = vramfit::train::checkpoint::load_latest_model(&run, &device.device).unwrap();
     assert_eq!(state.global_step, 1);
     req.resume = true;
     req.max_steps = Some(2);
@@ -278,7 +278,7 @@ fn a_budget_crossed_mid_run_halves_the_micro_batch_and_the_steps_continue() {
     let mut req = TrainRequest::new(config, dir.path().join("run"));
     req.max_steps = Some(5);
     req.export = false;
-    let budget = vramfit::events::LiveBudget::new(1 << 40);
+    let budget = vramfit::engine::events::LiveBudget::new(1 << 40);
     req.live_budget = Some(budget.clone());
     let mut steps = Vec::new();
     let mut adapted = Vec::new();

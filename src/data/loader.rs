@@ -1,0 +1,797 @@
+//! Turning samples into batches: decode, preprocess, augment and normalize on worker threads,
+//! with a bounded prefetch queue so host memory stays bounded for any dataset size.
+//!
+//! This file and `image_io::load_image` are where the engine touches threads and files; the
+//! training loop only sees an iterator of [`Batch`]es.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::mpsc::{Receiver, sync_channel};
+use web_time::Instant;
+
+use image::RgbImage;
+use rand::SeedableRng;
+use rand::rngs::SmallRng;
+
+use crate::config::{AugmentConfig, Config};
+use crate::data::augment;
+use crate::data::dataset::{Dataset, SampleSource};
+use crate::data::image_cache::ImageCache;
+use crate::data::image_io::{self, LoadOptions};
+use crate::data::preprocess::{PreprocessConfig, PreprocessMode};
+use crate::kernels::device_augment::{self, AugmentParams, ImageAugment};
+
+/// Seconds spent in each stage of the input pipeline (summed over images).
+#[derive(Clone, Copy, Debug, Default, PartialEq, serde::Serialize)]
+pub struct StageTimes {
+    /// Reading and decoding the file to RGB.
+    pub decode: f64,
+    /// The preprocess geometry: resize and crop.
+    pub resize: f64,
+    /// Flip, colour jitter and random erasing.
+    pub augment: f64,
+    /// u8 to f32, mean and std.
+    pub normalize: f64,
+}
+
+/// One batch on the host.
+#[derive(Clone, Debug, Default)]
+pub struct Batch {
+    /// `[batch, 3, height, width]` normalized pixels, row-major.
+    pub images: Vec<f32>,
+    /// `[batch]` class indices.
+    pub labels: Vec<i64>,
+    /// Height in pixels.
+    pub height: usize,
+    /// Width in pixels.
+    pub width: usize,
+    /// Samples skipped while building this batch: (source, reason).
+    pub skipped: Vec<(String, String)>,
+    /// Samples that decoded to one flat colour (trained on, but worth a warning): sources.
+    pub flat: Vec<String>,
+    /// The batch as 8-bit crops for the device's augmentation kernel
+    /// ([`SamplePipeline::on_device`]); `images` is then empty and the training step augments
+    /// and normalizes on the device ([`crate::kernels::device_augment`]).
+    pub packed: Option<PackedImages>,
+}
+
+/// A batch's crops (each the batch's `height` x `width`) before augmentation and normalization,
+/// as [`crate::kernels::device_augment::augment_batch`] takes them.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PackedImages {
+    /// `[batch, height, width]` pixels packed by [`crate::kernels::device_augment::pack_rgb8`].
+    pub pixels: Vec<u32>,
+    /// Each image's flip, jitter and erasing (crop origin 0: the loader cut the crop), drawn on
+    /// the CPU from the sample's generator as the CPU path draws them.
+    pub augments: Vec<ImageAugment>,
+}
+
+impl PackedImages {
+    /// The kernel's parameters for these crops of `hw` `(height, width)`, normalized with `mean`
+    /// and `std`.
+    ///
+    /// # Errors
+    /// As [`AugmentParams::new`].
+    pub fn params(&self, hw: (usize, usize), mean: [f32; 3], std: [f32; 3]) -> crate::Result<AugmentParams> {
+        AugmentParams::new(&self.augments, hw, hw, mean, std)
+    }
+}
+
+impl Batch {
+    /// Splits a host batch into `factor` nearly equal pieces (fewer if the batch is smaller).
+    pub fn split(&self, factor: usize) -> Vec<Batch> {
+        let n = self.len();
+        if n == 0 {
+            // Every file of the batch failed to decode: nothing to run (an empty tensor would crash
+            // GroupNorm). The step counts no images and the loop moves on.
+            return vec![];
+        }
+        if factor <= 1 || n <= 1 {
+            return vec![Batch { skipped: vec![], flat: vec![], ..self.clone() }];
+        }
+        let per = n.div_ceil(factor.min(n));
+        let elems = 3 * self.height * self.width;
+        (0..n)
+            .step_by(per)
+            .map(|start| {
+                let end = (start + per).min(n);
+                let plane = self.height * self.width;
+                let packed = self.packed.as_ref().map(|p| PackedImages {
+                    pixels: p.pixels[start * plane..end * plane].to_vec(),
+                    augments: p.augments[start..end].to_vec(),
+                });
+                Batch {
+                    images: if packed.is_some() { vec![] } else { self.images[start * elems..end * elems].to_vec() },
+                    labels: self.labels[start..end].to_vec(),
+                    height: self.height,
+                    width: self.width,
+                    skipped: vec![],
+                    flat: vec![],
+                    packed,
+                }
+            })
+            .collect()
+    }
+
+    /// Number of images.
+    pub fn len(&self) -> usize {
+        self.labels.len()
+    }
+
+    /// True when every sample was skipped.
+    pub fn is_empty(&self) -> bool {
+        self.labels.is_empty()
+    }
+}
+
+/// How one sample becomes a normalized `[3, H, W]` tensor.
+#[derive(Clone, Debug)]
+pub struct SamplePipeline {
+    /// Geometry.
+    pub preprocess: PreprocessConfig,
+    /// Augmentation, `None` for evaluation and prediction.
+    pub augment: Option<AugmentConfig>,
+    /// Per-channel mean (after scaling to 0..1).
+    pub mean: [f32; 3],
+    /// Per-channel std.
+    pub std: [f32; 3],
+    /// Decoding options.
+    pub load: LoadOptions,
+    /// Decoded, resized images shared across epochs (training and evaluation share one).
+    pub cache: Option<Arc<ImageCache>>,
+    /// Batches go to the device as 8-bit crops with their drawn augmentation
+    /// ([`Batch::packed`]); the training step runs `shaders/augment_rgb8.wgsl` on them. Set by
+    /// [`Self::with_device_augment`].
+    pub on_device: bool,
+}
+
+impl SamplePipeline {
+    /// The pipeline of `config`, augmenting when `train` is true.
+    pub fn from_config(config: &Config, train: bool) -> Self {
+        Self {
+            preprocess: config.data.preprocess.clone(),
+            augment: train.then(|| config.augment.clone()),
+            mean: config.data.mean,
+            std: config.data.std,
+            load: LoadOptions { max_pixels: config.data.max_image_pixels, alpha: config.data.alpha },
+            cache: None,
+            on_device: false,
+        }
+    }
+
+    /// This pipeline handing batches to the device's augmentation kernel when `on_device`
+    /// (the caller checks that the device runs it, [`crate::kernels::device_augment::runs_wgsl`]).
+    #[must_use]
+    pub fn with_device_augment(mut self, on_device: bool) -> Self {
+        self.on_device = on_device;
+        self
+    }
+
+    /// This pipeline reading image files through `cache`.
+    #[must_use]
+    pub fn with_cache(mut self, cache: Option<Arc<ImageCache>>) -> Self {
+        self.cache = cache;
+        self
+    }
+
+    /// What makes two pipelines' [`Self::resized`] images equal besides the file: the geometry
+    /// and decoding options (the decoded-image cache's key includes it).
+    pub fn cache_geometry(&self) -> String {
+        let (p, l) = (&self.preprocess, &self.load);
+        format!(
+            "{} load {} crop {} alpha {} max_pixels {}",
+            p.mode.name(),
+            p.load_size,
+            p.crop_size,
+            l.alpha.name(),
+            l.max_pixels
+        )
+    }
+
+    /// The smallest side a decoded image needs for [`PreprocessConfig::resize_stage`] to give
+    /// the same result (up to the scaled decoder's rounding) as from the full image: JPEGs twice
+    /// as large decode at a reduced DCT scale ([`image_io::decode_image_scaled`]). Modes that
+    /// crop the decoded image itself (`crop`, `none`) need the full size.
+    pub fn decode_min_side(&self) -> u32 {
+        let p = &self.preprocess;
+        match p.mode {
+            PreprocessMode::ResizeAndCrop | PreprocessMode::ScaleWidth | PreprocessMode::ScaleWidthAndCrop => {
+                p.load_size.max(p.crop_size) as u32
+            }
+            PreprocessMode::Crop | PreprocessMode::None => u32::MAX,
+        }
+    }
+
+    /// The sample decoded and passed through [`PreprocessConfig::resize_stage`] (the
+    /// deterministic part of the geometry), from the cache when one is attached. Adds the
+    /// seconds spent decoding and resizing to `times` (nothing on a cache hit).
+    ///
+    /// # Errors
+    /// As [`Self::decode`]; a geometry failure is [`crate::Error::Preprocess`] naming the source.
+    pub fn resized(&self, source: &SampleSource, times: &mut StageTimes) -> crate::Result<Arc<RgbImage>> {
+        let mut make = || -> crate::Result<RgbImage> {
+            let t = Instant::now();
+            let img = match source {
+                SampleSource::File(path) => image_io::load_image_scaled(path, &self.load, self.decode_min_side())?,
+                SampleSource::Encoded { path, bytes } => {
+                    image_io::decode_image_scaled(bytes, &self.load, self.decode_min_side())
+                        .map_err(|fault| crate::Error::Image { path: path.clone(), fault })?
+                }
+                SampleSource::Idx { .. } => self.decode(source)?,
+            };
+            times.decode += t.elapsed().as_secs_f64();
+            let t = Instant::now();
+            let resized = self.preprocess.resize_stage(&img).map_err(|e| in_source(source, e));
+            times.resize += t.elapsed().as_secs_f64();
+            resized
+        };
+        match (source, &self.cache) {
+            (SampleSource::File(path), Some(cache)) => cache.get_or_insert_with(path, &self.cache_geometry(), make),
+            _ => make().map(Arc::new),
+        }
+    }
+
+    /// Decodes `source` to RGB.
+    ///
+    /// # Errors
+    /// [`crate::Error::Image`] naming the file, with the typed [`image_io::ImageFault`].
+    pub fn decode(&self, source: &SampleSource) -> crate::Result<RgbImage> {
+        match source {
+            SampleSource::File(path) => image_io::load_image(path, &self.load),
+            SampleSource::Encoded { path, bytes } => image_io::decode_image(bytes, &self.load)
+                .map_err(|fault| crate::Error::Image { path: path.clone(), fault }),
+            SampleSource::Idx { images, index } => {
+                let gray = images.image(*index);
+                Ok(RgbImage::from_fn(images.cols as u32, images.rows as u32, |x, y| {
+                    let v = gray[y as usize * images.cols + x as usize];
+                    image::Rgb([v, v, v])
+                }))
+            }
+        }
+    }
+
+    /// Preprocesses, augments and normalizes a decoded image.
+    /// Returns `([3, H, W] values, height, width)`.
+    ///
+    /// # Errors
+    /// [`crate::Error::Preprocess`]: the geometry's reason (no file name).
+    pub fn tensor_from_image(&self, img: &RgbImage, rng: &mut SmallRng) -> crate::Result<(Vec<f32>, usize, usize)> {
+        self.tensor_from_image_timed(img, rng, &mut StageTimes::default())
+    }
+
+    /// [`Self::tensor_from_image`], adding the seconds each stage took to `times` (what
+    /// `vramfit bench loader` reports).
+    ///
+    /// # Errors
+    /// As [`Self::tensor_from_image`].
+    pub fn tensor_from_image_timed(
+        &self,
+        img: &RgbImage,
+        rng: &mut SmallRng,
+        times: &mut StageTimes,
+    ) -> crate::Result<(Vec<f32>, usize, usize)> {
+        let t = Instant::now();
+        let resized = self.preprocess.resize_stage(img)?;
+        times.resize += t.elapsed().as_secs_f64();
+        self.tensor_from_resized(&resized, rng, times)
+    }
+
+    /// [`Self::tensor_from_image_timed`] from the output of [`Self::resized`]: the crop,
+    /// augmentation and normalization. Returns `([3, H, W] values, height, width)`.
+    ///
+    /// # Errors
+    /// As [`Self::tensor_from_image`].
+    pub fn tensor_from_resized(
+        &self,
+        resized: &RgbImage,
+        rng: &mut SmallRng,
+        times: &mut StageTimes,
+    ) -> crate::Result<(Vec<f32>, usize, usize)> {
+        let random_crop = self.augment.as_ref().is_some_and(|a| a.random_crop);
+        let t = Instant::now();
+        let img = self.preprocess.crop_stage(resized, random_crop, rng)?;
+        times.resize += t.elapsed().as_secs_f64();
+        let t = Instant::now();
+        let (w, h) = (img.width() as usize, img.height() as usize);
+        let n = w * h;
+        let mut chw = vec![0f32; 3 * n];
+        for (i, p) in img.pixels().enumerate() {
+            for c in 0..3 {
+                chw[c * n + i] = p.0[c] as f32 / 255.0;
+            }
+        }
+        times.normalize += t.elapsed().as_secs_f64();
+        let t = Instant::now();
+        if let Some(aug) = &self.augment {
+            augment::before_normalize(&mut chw, h, w, aug, rng);
+        }
+        times.augment += t.elapsed().as_secs_f64();
+        let t = Instant::now();
+        for c in 0..3 {
+            for v in &mut chw[c * n..(c + 1) * n] {
+                *v = (*v - self.mean[c]) / self.std[c];
+            }
+        }
+        times.normalize += t.elapsed().as_secs_f64();
+        let t = Instant::now();
+        if let Some(aug) = &self.augment {
+            augment::random_erasing(&mut chw, h, w, aug.random_erasing, rng);
+        }
+        times.augment += t.elapsed().as_secs_f64();
+        Ok((chw, h, w))
+    }
+
+    /// Decodes and transforms one sample.
+    ///
+    /// # Errors
+    /// As [`Self::decode`]; a preprocess failure becomes [`crate::Error::Preprocess`] naming the source.
+    pub fn load(&self, source: &SampleSource, rng: &mut SmallRng) -> crate::Result<(Vec<f32>, usize, usize)> {
+        let mut times = StageTimes::default();
+        let resized = self.resized(source, &mut times)?;
+        self.tensor_from_resized(&resized, rng, &mut times).map_err(|e| in_source(source, e))
+    }
+}
+
+/// A preprocess failure of one sample, naming the sample.
+fn in_source(source: &SampleSource, e: crate::Error) -> crate::Error {
+    match e {
+        crate::Error::Preprocess(m) => {
+            crate::Error::Preprocess(format!("{}: {m} (data.preprocess)", source.describe()))
+        }
+        other => other,
+    }
+}
+
+/// Builds batch `b` of `order` (indices into `dataset`): each sample decoded (or read from the
+/// cache), resized and cropped, then augmented and normalized here, or (the pipeline runs
+/// [`SamplePipeline::on_device`]) packed as 8-bit pixels with its drawn augmentation for the
+/// device. A sample whose output size differs from the batch's first is skipped with the reason
+/// on both paths.
+fn build_batch(
+    dataset: &Dataset,
+    pipeline: &SamplePipeline,
+    order: &[usize],
+    batch_size: usize,
+    b: usize,
+    seed: u64,
+) -> Batch {
+    let mut batch = Batch::default();
+    let start = b * batch_size;
+    let mut crops: Vec<(usize, RgbImage, ImageAugment)> = Vec::new();
+    for &i in &order[start..(start + batch_size).min(order.len())] {
+        let sample = &dataset.samples[i];
+        let mut rng = sample_rng(seed, i);
+        let mut times = StageTimes::default();
+        let made = pipeline.resized(&sample.source, &mut times).and_then(|img| {
+            if crate::data::image_io::is_flat(&img) {
+                batch.flat.push(sample.source.describe());
+            }
+            let made = match pipeline.on_device {
+                true => device_crop(pipeline, &img, &mut rng).map(Made::Device),
+                false => {
+                    pipeline.tensor_from_resized(&img, &mut rng, &mut times).map(|(chw, h, w)| Made::Cpu(chw, h, w))
+                }
+            };
+            made.map_err(|e| in_source(&sample.source, e))
+        });
+        let made = match made {
+            Ok(made) => made,
+            Err(reason) => {
+                batch.skipped.push((sample.source.describe(), reason.to_string()));
+                continue;
+            }
+        };
+        let (h, w) = made.size();
+        if batch.labels.is_empty() {
+            (batch.height, batch.width) = (h, w);
+        } else if (h, w) != (batch.height, batch.width) {
+            batch.skipped.push((
+                sample.source.describe(),
+                format!("is {w}x{h} after preprocess but the batch is {}x{}; mode `none` needs equal sizes, use resize_and_crop", batch.width, batch.height),
+            ));
+            continue;
+        }
+        batch.labels.push(sample.label as i64);
+        match made {
+            Made::Cpu(chw, ..) => batch.images.extend_from_slice(&chw),
+            Made::Device((crop, augment)) => crops.push((i, crop, augment)),
+        }
+    }
+    if !crops.is_empty() {
+        pack_for_device(pipeline, crops, seed, &mut batch);
+    }
+    batch
+}
+
+/// One sample as [`build_batch`] made it.
+enum Made {
+    /// `[3, h, w]` normalized values, `h`, `w`.
+    Cpu(Vec<f32>, usize, usize),
+    /// The crop (8-bit) and the augmentation the device applies to it.
+    Device((RgbImage, ImageAugment)),
+}
+
+impl Made {
+    /// `(height, width)` of the sample's output.
+    fn size(&self) -> (usize, usize) {
+        match self {
+            Made::Cpu(_, h, w) => (*h, *w),
+            Made::Device((crop, _)) => (crop.height() as usize, crop.width() as usize),
+        }
+    }
+}
+
+/// The crop of a resized image and the rest of its augmentation, drawn from `rng` as the CPU
+/// path draws them ([`AugmentParams::draw`]). The crop is cut here, an 8-bit copy, so a batch
+/// uploads only its output pixels whatever the mode (a 12 MP source in mode `crop` is 48 MB as
+/// packed pixels), and the device only flips, jitters, normalizes and erases (crop origin 0).
+///
+/// # Errors
+/// As [`crate::data::preprocess::PreprocessConfig::crop_origin`].
+fn device_crop(
+    pipeline: &SamplePipeline,
+    resized: &RgbImage,
+    rng: &mut SmallRng,
+) -> crate::Result<(RgbImage, ImageAugment)> {
+    let (w, h) = resized.dimensions();
+    let augment = AugmentParams::draw(&pipeline.preprocess, pipeline.augment.as_ref(), (w, h), rng)?;
+    let (out_w, out_h) = pipeline.preprocess.output_size_for((w, h))?;
+    let crop = if (w, h) == (out_w, out_h) {
+        resized.clone()
+    } else {
+        let (x, y) = augment.crop_origin;
+        image::imageops::crop_imm(resized, x, y, out_w, out_h).to_image()
+    };
+    Ok((crop, ImageAugment { crop_origin: (0, 0), ..augment }))
+}
+
+/// Packs the batch's `crops` (one size, the batch's) for the device into `batch.packed`. When
+/// the kernel refuses them ([`AugmentParams::new`]: over 65535 images or its 32-bit indices,
+/// which the planner's buffer-limit check already rules out in training), the crops go through
+/// the CPU path instead, each with its generator drawn again: a crop is already its output size,
+/// so its draws are the ones the device would have used.
+fn pack_for_device(
+    pipeline: &SamplePipeline,
+    crops: Vec<(usize, RgbImage, ImageAugment)>,
+    seed: u64,
+    batch: &mut Batch,
+) {
+    let out = (batch.height, batch.width);
+    let packed = PackedImages {
+        pixels: crops.iter().flat_map(|(_, crop, _)| device_augment::pack_rgb8(crop.as_raw())).collect(),
+        augments: crops.iter().map(|(_, _, a)| *a).collect(),
+    };
+    if packed.params(out, pipeline.mean, pipeline.std).is_ok() {
+        batch.packed = Some(packed);
+        return;
+    }
+    for (i, crop, _) in crops {
+        let elems = 3 * crop.width() as usize * crop.height() as usize;
+        // A crop is its output size, so the geometry cannot fail here; zeros keep the labels
+        // aligned if it ever did.
+        let chw = pipeline
+            .tensor_from_resized(&crop, &mut sample_rng(seed, i), &mut StageTimes::default())
+            .map_or_else(|_| vec![0.0; elems], |(chw, ..)| chw);
+        batch.images.extend_from_slice(&chw);
+    }
+}
+
+/// The generator of sample `i` in a pass of `seed`: it depends on the two alone, not on the
+/// thread, the batch or the path (CPU or device) that uses it.
+fn sample_rng(seed: u64, i: usize) -> SmallRng {
+    SmallRng::seed_from_u64(seed ^ (i as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15))
+}
+
+/// Iterator over the batches of one pass, in order, built by worker threads (or, without
+/// them, [`batches_on_this_thread`]).
+pub struct BatchIter {
+    rx: Receiver<(usize, Batch)>,
+    pending: BTreeMap<usize, Batch>,
+    next: usize,
+    end: usize,
+    /// The pass, when its batches are built on the iterating thread.
+    inline: Option<(Arc<Dataset>, Arc<SamplePipeline>, Pass)>,
+}
+
+impl Iterator for BatchIter {
+    type Item = Batch;
+    fn next(&mut self) -> Option<Batch> {
+        if self.next >= self.end {
+            return None;
+        }
+        if let Some((dataset, pipeline, pass)) = &self.inline {
+            let batch = build_batch(dataset, pipeline, &pass.order, pass.batch_size, self.next, pass.seed);
+            self.next += 1;
+            return Some(batch);
+        }
+        loop {
+            if let Some(b) = self.pending.remove(&self.next) {
+                self.next += 1;
+                return Some(b);
+            }
+            let (i, b) = self.rx.recv().ok()?;
+            self.pending.insert(i, b);
+        }
+    }
+}
+
+/// For preprocess modes without a fixed output size (`none`), checks that the dataset's images
+/// give one training size: up to 256 files, evenly spaced, reading only their headers. Files
+/// that cannot be read are left to the loader, which skips them with their reason.
+///
+/// Returns the one training size `(height, width)` in pixels of mode `none` (`None` for modes
+/// with a fixed output size, or when no header could be read).
+///
+/// # Errors
+/// [`Error::Preprocess`] naming two files whose sizes differ and the setting that fixes it.
+pub fn check_sizes_agree(dataset: &Dataset, p: &PreprocessConfig) -> crate::Result<Option<(usize, usize)>> {
+    if p.output_size().is_some() {
+        return Ok(None);
+    }
+    // The image files with their sources, whether on disk or in memory.
+    let files: Vec<(&std::path::Path, &SampleSource)> = dataset
+        .samples
+        .iter()
+        .filter_map(|s| match &s.source {
+            SampleSource::File(path) | SampleSource::Encoded { path, .. } => Some((path.as_path(), &s.source)),
+            SampleSource::Idx { .. } => None,
+        })
+        .collect();
+    let header_size = |source: &SampleSource| -> Option<(u32, u32)> {
+        match source {
+            SampleSource::File(path) => {
+                image::ImageReader::open(path).ok()?.with_guessed_format().ok()?.into_dimensions().ok()
+            }
+            SampleSource::Encoded { bytes, .. } => image::ImageReader::new(std::io::Cursor::new(&bytes[..]))
+                .with_guessed_format()
+                .ok()?
+                .into_dimensions()
+                .ok(),
+            SampleSource::Idx { .. } => None,
+        }
+    };
+    // (source size, output size, file) of the first readable image.
+    type Sized<'a> = ((u32, u32), (u32, u32), &'a std::path::Path);
+    let mut first: Option<Sized> = None;
+    for &(file, source) in files.iter().step_by((files.len() / 256).max(1)) {
+        let Some(src) = header_size(source) else { continue };
+        let Ok(out) = p.output_size_for(src) else { continue };
+        match first {
+            None => first = Some((src, out, file)),
+            Some((src0, out0, file0)) if out0 != out => {
+                return Err(crate::Error::Preprocess(format!(
+                    "mode `none` trains each image at its own size, but {} is {}x{} and {} is {}x{}; \
+                     set data.preprocess.mode = \"resize_and_crop\" with a load_size and crop_size (--preprocess resize_and_crop --load-size 256 --crop-size 224)",
+                    file0.display(),
+                    src0.0,
+                    src0.1,
+                    file.display(),
+                    src.0,
+                    src.1
+                )));
+            }
+            Some(_) => {}
+        }
+    }
+    Ok(first.map(|(_, (w, h), _)| (h as usize, w as usize)))
+}
+
+/// Number of worker threads for `requested` (0 = automatic).
+pub fn worker_count(requested: usize) -> usize {
+    if requested > 0 {
+        return requested;
+    }
+    std::thread::available_parallelism().map_or(2, |n| n.get()).clamp(1, 4)
+}
+
+/// One pass over a dataset: which samples in which order, in batches of `batch_size`, from
+/// batch `skip_batches` on (a resumed epoch), with `seed` fixing every random choice of the
+/// pass (crop, flip, jitter, erasing) independently of thread timing.
+#[derive(Clone, Debug)]
+pub struct Pass {
+    /// Indices into the dataset, in the order batches take them.
+    pub order: Arc<Vec<usize>>,
+    /// Samples per batch.
+    pub batch_size: usize,
+    /// Batches already done (not built again).
+    pub skip_batches: usize,
+    /// The pass's random seed.
+    pub seed: u64,
+}
+
+impl Pass {
+    /// Every sample of a dataset of `len` in order, from the first batch.
+    pub fn in_order(len: usize, batch_size: usize, seed: u64) -> Self {
+        Self { order: Arc::new((0..len).collect()), batch_size, skip_batches: 0, seed }
+    }
+
+    /// Training epoch `epoch` of a run seeded `seed` over a dataset of `len`: the samples shuffled
+    /// by `seed + epoch`, the pass seeded `seed ^ (epoch << 32)`, from batch `skip_batches`.
+    pub fn training_epoch(len: usize, batch_size: usize, seed: u64, epoch: u64, skip_batches: usize) -> Self {
+        use rand::SeedableRng;
+        use rand::seq::SliceRandom;
+        let mut order: Vec<usize> = (0..len).collect();
+        order.shuffle(&mut SmallRng::seed_from_u64(seed.wrapping_add(epoch)));
+        Self { order: Arc::new(order), batch_size, skip_batches, seed: seed ^ (epoch << 32) }
+    }
+}
+
+/// Starts `pass` on `workers` threads (0 = automatic, [`worker_count`]) that build up to
+/// `prefetch` batches ahead. Batches arrive in order; dropping the iterator stops the workers
+/// after their current batch.
+pub fn batches(
+    dataset: Arc<Dataset>,
+    pipeline: Arc<SamplePipeline>,
+    pass: Pass,
+    workers: usize,
+    prefetch: usize,
+) -> BatchIter {
+    let Pass { order, batch_size, skip_batches, seed } = pass;
+    let n_batches = order.len().div_ceil(batch_size.max(1));
+    let (tx, rx) = sync_channel(prefetch.max(1));
+    let counter = Arc::new(AtomicUsize::new(skip_batches));
+    let mut spawned_any = false;
+    for w in 0..worker_count(workers).min(n_batches.saturating_sub(skip_batches)).max(1) {
+        let (tx, counter, dataset, pipeline, order) =
+            (tx.clone(), counter.clone(), dataset.clone(), pipeline.clone(), order.clone());
+        let spawned = std::thread::Builder::new().name(format!("vramfit-loader-{w}")).spawn(move || {
+            loop {
+                let b = counter.fetch_add(1, Ordering::Relaxed);
+                if b >= n_batches {
+                    break;
+                }
+                let batch = build_batch(&dataset, &pipeline, &order, batch_size, b, seed);
+                if tx.send((b, batch)).is_err() {
+                    break;
+                }
+            }
+        });
+        if spawned.is_err() {
+            break;
+        }
+        spawned_any = true;
+    }
+    if !spawned_any {
+        return batches_on_this_thread(dataset, pipeline, Pass { order, batch_size, skip_batches, seed });
+    }
+    BatchIter { rx, pending: BTreeMap::new(), next: skip_batches, end: n_batches, inline: None }
+}
+
+/// `pass` built batch by batch on the thread that iterates, as each is asked for: where no
+/// thread can be started (a browser; a system out of threads, where [`batches`] falls back to
+/// it). The batches are the ones the workers would build: each depends only on the pass.
+pub fn batches_on_this_thread(dataset: Arc<Dataset>, pipeline: Arc<SamplePipeline>, pass: Pass) -> BatchIter {
+    let end = pass.order.len().div_ceil(pass.batch_size.max(1));
+    let (_, rx) = sync_channel(0);
+    BatchIter { rx, pending: BTreeMap::new(), next: pass.skip_batches, end, inline: Some((dataset, pipeline, pass)) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Batch;
+
+    fn batch(n: usize) -> Batch {
+        // Image i is filled with the value i, so each piece shows which images it holds.
+        let (h, w) = (2, 3);
+        let images = (0..n).flat_map(|i| std::iter::repeat_n(i as f32, 3 * h * w)).collect();
+        Batch { images, labels: (0..n as i64).collect(), height: h, width: w, ..Default::default() }
+    }
+
+    #[test]
+    fn split_keeps_every_image_once_in_order() {
+        let pieces = batch(7).split(3);
+        assert_eq!(pieces.iter().map(Batch::len).collect::<Vec<_>>(), vec![3, 3, 1]);
+        let labels: Vec<i64> = pieces.iter().flat_map(|b| b.labels.clone()).collect();
+        assert_eq!(labels, (0..7).collect::<Vec<_>>());
+        for p in &pieces {
+            assert_eq!(p.images.len(), p.len() * 18);
+            for (i, label) in p.labels.iter().enumerate() {
+                assert!(p.images[i * 18..(i + 1) * 18].iter().all(|&v| v == *label as f32));
+            }
+        }
+    }
+
+    #[test]
+    fn a_cached_pass_gives_the_same_batches_as_decoding_and_the_second_pass_decodes_nothing() {
+        use std::sync::Arc;
+        let dir = tempfile::tempdir().unwrap();
+        let paths = crate::bench::loader::write_photos(&dir.path().join("photos"), 640, 480, 5, 2).unwrap();
+        let dataset = Arc::new(crate::bench::loader::dataset_of(paths));
+        let mut config = crate::config::presets::load_config("8gb").unwrap();
+        config.set_all(&["data.preprocess.load_size=128".into(), "data.preprocess.crop_size=112".into()]).unwrap();
+        let pass = super::Pass::in_order(5, 2, 17);
+        let plain = Arc::new(super::SamplePipeline::from_config(&config, true));
+        let cache =
+            Arc::new(crate::data::image_cache::ImageCache::new(1 << 30, 1 << 30, Some(dir.path().join("cache"))));
+        let cached = Arc::new(super::SamplePipeline::from_config(&config, true).with_cache(Some(cache.clone())));
+        let run = |pipe: &Arc<super::SamplePipeline>| {
+            super::batches(dataset.clone(), pipe.clone(), pass.clone(), 2, 2)
+                .map(|b| (b.images, b.labels, b.skipped.len()))
+                .collect::<Vec<_>>()
+        };
+        let want = run(&plain);
+        assert_eq!(want.iter().map(|b| b.1.len()).sum::<usize>(), 5);
+        assert_eq!(run(&cached), want, "first pass: decoded and stored");
+        assert_eq!(run(&cached), want, "second pass: from RAM");
+        let s = cache.stats();
+        assert_eq!((s.misses, s.ram_hits, s.disk_hits), (5, 5, 0));
+        // A new run on the same folder reads the disk tier.
+        let disk = Arc::new(crate::data::image_cache::ImageCache::new(0, 1 << 30, Some(dir.path().join("cache"))));
+        let later = Arc::new(super::SamplePipeline::from_config(&config, true).with_cache(Some(disk.clone())));
+        assert_eq!(run(&later), want, "from disk");
+        assert_eq!((disk.stats().misses, disk.stats().disk_hits), (0, 5));
+    }
+
+    #[test]
+    fn a_pass_built_on_the_iterating_thread_gives_the_workers_batches() {
+        use std::sync::Arc;
+        let dir = tempfile::tempdir().unwrap();
+        let paths = crate::bench::loader::write_photos(dir.path(), 96, 80, 7, 3).unwrap();
+        let dataset = Arc::new(crate::bench::loader::dataset_of(paths));
+        let mut config = crate::config::presets::load_config("8gb").unwrap();
+        config.set_all(&["data.preprocess.load_size=72".into(), "data.preprocess.crop_size=64".into()]).unwrap();
+        let pipe = Arc::new(super::SamplePipeline::from_config(&config, true));
+        // Seven images in batches of 3 from the second batch on: a random order, augmentation
+        // on, a short last batch.
+        let pass = super::Pass { order: Arc::new(vec![6, 2, 4, 0, 1, 5, 3]), batch_size: 3, skip_batches: 1, seed: 9 };
+        let key = |b: super::Batch| (b.images, b.labels, b.height, b.width);
+        let workers: Vec<_> = super::batches(dataset.clone(), pipe.clone(), pass.clone(), 2, 2).map(key).collect();
+        let inline: Vec<_> = super::batches_on_this_thread(dataset, pipe, pass).map(key).collect();
+        assert_eq!(workers.iter().map(|b| b.1.len()).collect::<Vec<_>>(), vec![3, 1]);
+        assert!(workers[0].0.iter().any(|&v| v != 0.0));
+        assert_eq!(inline, workers);
+    }
+
+    #[test]
+    fn a_device_batch_holds_the_cpu_paths_random_crops_as_8_bit_pixels_and_splits_alike() {
+        use std::sync::Arc;
+        let dir = tempfile::tempdir().unwrap();
+        // Mode `crop` from 64x48 photos: the batch carries 32x32 crops, never the sources.
+        let paths = crate::bench::loader::write_photos(dir.path(), 64, 48, 5, 4).unwrap();
+        let dataset = Arc::new(crate::bench::loader::dataset_of(paths));
+        let mut config = crate::config::presets::load_config("8gb").unwrap();
+        config.set_all(&["data.preprocess.mode=crop".into(), "data.preprocess.crop_size=32".into()]).unwrap();
+        config.augment = crate::config::AugmentConfig {
+            random_crop: true,
+            hflip: false,
+            color_jitter: 0.0,
+            random_erasing: 0.0,
+            on_device: true,
+        };
+        let (mean, std) = (config.data.mean, config.data.std);
+        let pass = super::Pass::in_order(5, 5, 9);
+        let cpu = Arc::new(super::SamplePipeline::from_config(&config, true));
+        let device = Arc::new(super::SamplePipeline::from_config(&config, true).with_device_augment(true));
+        let want = super::batches(dataset.clone(), cpu, pass.clone(), 1, 1).next().unwrap();
+        let got = super::batches(dataset, device, pass, 1, 1).next().unwrap();
+        let packed = got.packed.clone().expect("packed for the device");
+        assert!(got.images.is_empty() && want.packed.is_none());
+        assert_eq!((got.labels.clone(), got.height, got.width), (want.labels.clone(), 32, 32));
+        assert_eq!(packed.pixels.len(), 5 * 32 * 32);
+        assert!(packed.augments.iter().all(|a| a.crop_origin == (0, 0)));
+        // With no other augmentation, normalizing the packed crops gives the CPU path's values:
+        // the same random crop from the same generator.
+        let plane = 32 * 32;
+        for (p, &px) in packed.pixels.iter().enumerate() {
+            let (image, pixel) = (p / plane, p % plane);
+            for c in 0..3 {
+                let v = ((px >> (8 * c)) & 0xff) as f32 / 255.0;
+                let cpu_value = want.images[image * 3 * plane + c * plane + pixel];
+                assert!(((v - mean[c]) / std[c] - cpu_value).abs() < 1e-5, "image {image} pixel {pixel}");
+            }
+        }
+        let pieces = got.split(2);
+        assert_eq!(pieces.iter().map(Batch::len).collect::<Vec<_>>(), vec![3, 2]);
+        let second = pieces[1].packed.as_ref().unwrap();
+        assert_eq!(second.pixels, packed.pixels[3 * plane..]);
+        assert_eq!(second.augments, packed.augments[3..]);
+    }
+
+    #[test]
+    fn split_edges_empty_one_and_more_parts_than_images() {
+        assert!(batch(0).split(4).is_empty(), "an all-skipped batch yields nothing to run");
+        assert_eq!(batch(5).split(1).len(), 1);
+        assert_eq!(batch(2).split(8).iter().map(Batch::len).collect::<Vec<_>>(), vec![1, 1]);
+    }
+}

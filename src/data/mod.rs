@@ -1,0 +1,15 @@
+//! The input side: datasets ([`dataset`]: folders, IDX files, files handed over in memory, the
+//! bundled subset), decoding ([`image_io`], [`idx`]), the decoded-image cache ([`image_cache`]),
+//! the preprocess modes ([`preprocess`]), augmentation on the CPU ([`augment`]), batches from
+//! worker threads ([`loader`]), the data report ([`check_data`]) and paths as users type them
+//! ([`user_path`]).
+
+pub mod augment;
+pub mod check_data;
+pub mod dataset;
+pub mod idx;
+pub mod image_cache;
+pub mod image_io;
+pub mod loader;
+pub mod preprocess;
+pub mod user_path;

@@ -1,0 +1,423 @@
+//! The training worker process, parent side: training runs in a child process (`vramfit train
+//! --worker`), so a crash below the engine (a segfault in the GPU driver, an abort in the GPU
+//! runtime, the kernel's out-of-memory killer, `kill -9`) ends only the child. The CLI and the app
+//! are both parents; the run folder keeps its last checkpoint and the parent says what happened
+//! and how to resume.
+//!
+//! Protocol, child to parent:
+//! - stdout: each engine event as one line, [`EVENT_PREFIX`] then the event as JSON
+//!   ([`crate::engine::events::Event`]); every other line is the child's own output.
+//! - stderr: the child's messages; the last [`STDERR_TAIL`] lines are kept for the report.
+//! - exit: 0 done, 1 or 2 an error the child has already explained (its `error:` line), 130 a
+//!   second Ctrl-C; anything else (a signal, a panic's 101) is a crash.
+//!
+//! Parent to child, on the child's stdin: `stop` (stop after this step, with a checkpoint),
+//! `budget BYTES` (move the live memory budget). Its end (the parent died) stops the run too: a
+//! worker never trains on alone.
+
+use std::collections::VecDeque;
+use std::ffi::OsString;
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
+use std::sync::mpsc::{RecvTimeoutError, Sender};
+use std::sync::{Arc, Mutex, PoisonError};
+
+use crate::config::Config;
+use crate::device::DeviceChoice;
+use crate::engine::error::{Error, Result};
+use crate::engine::events::{Event, LiveBudget, RunEnd, StopSignal};
+
+/// How long a worker process may take to stop after being asked before it is killed (its run
+/// folder keeps its last checkpoint, as after any crash).
+pub const WORKER_STOP_GRACE: std::time::Duration = std::time::Duration::from_secs(120);
+
+/// Marks an event line on the child's stdout.
+pub const EVENT_PREFIX: &str = "\u{1e}vramfit-event ";
+/// Lines of the child's stderr kept for the crash report.
+pub const STDERR_TAIL: usize = 12;
+
+/// Child side: one event as its stdout line (without the newline).
+pub fn event_line(event: &Event) -> String {
+    let json = serde_json::to_string(event).unwrap_or_else(|e| {
+        serde_json::to_string(&Event::Warning(format!("an event could not be encoded: {e}"))).unwrap_or_default()
+    });
+    format!("{EVENT_PREFIX}{json}")
+}
+
+/// What the child said, in order of arrival per stream.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Output {
+    /// An engine event.
+    Event(Event),
+    /// A line of the child's stdout that is not an event.
+    Stdout(String),
+    /// A line of the child's stderr.
+    Stderr(String),
+}
+
+/// How the child ended.
+#[derive(Clone, Debug, PartialEq)]
+pub enum End {
+    /// Exit status 0: finished, stopped or capped, with a checkpoint.
+    Done,
+    /// Exit status 1, 2 or 130: an error the child explained (its last `error:` line, if any).
+    Explained {
+        /// The exit status.
+        code: i32,
+        /// The child's last `error:` line, without the prefix.
+        message: Option<String>,
+    },
+    /// Killed by a signal or a panic: the report says the cause, where, its last messages and
+    /// the command that resumes the run.
+    Crashed(String),
+}
+
+/// A training worker process in flight.
+pub struct WorkerProcess {
+    child: Child,
+    stdin: Option<ChildStdin>,
+    tail: Arc<Mutex<VecDeque<String>>>,
+    last_step: Arc<Mutex<Option<usize>>>,
+    readers: Vec<std::thread::JoinHandle<()>>,
+    out_dir: PathBuf,
+    gpu: bool,
+}
+
+impl WorkerProcess {
+    /// Starts `exe` (the vramfit binary) with `args` (a `train ... --worker` command line) and
+    /// `env` added to the environment. Everything the child says is sent to `output` as it
+    /// arrives; `notify` is called after each line (the app repaints). `out_dir` and `gpu` only
+    /// shape the crash report.
+    ///
+    /// # Errors
+    /// When the process cannot be started.
+    pub fn spawn(
+        exe: &Path,
+        args: &[OsString],
+        env: &[(OsString, OsString)],
+        out_dir: &Path,
+        gpu: bool,
+        output: Sender<Output>,
+        notify: impl Fn() + Send + Sync + 'static,
+    ) -> std::io::Result<Self> {
+        let mut child = Command::new(exe)
+            .args(args)
+            .envs(env.iter().map(|(k, v)| (k, v)))
+            .stdin(Stdio::piped()) // kept open while the parent lives: its end tells the child to stop
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()?;
+        let notify = Arc::new(notify);
+        let tail = Arc::new(Mutex::new(VecDeque::with_capacity(STDERR_TAIL)));
+        let last_step = Arc::new(Mutex::new(None));
+        let mut readers = Vec::new();
+        if let Some(err) = child.stderr.take() {
+            let (tail, output, notify) = (tail.clone(), output.clone(), notify.clone());
+            readers.push(std::thread::Builder::new().name("vramfit-worker-stderr".into()).spawn(move || {
+                for line in BufReader::new(err).lines().map_while(Result::ok) {
+                    {
+                        let mut t = tail.lock().unwrap_or_else(PoisonError::into_inner);
+                        if t.len() == STDERR_TAIL {
+                            t.pop_front();
+                        }
+                        t.push_back(line.clone());
+                    }
+                    let _ = output.send(Output::Stderr(line));
+                    notify();
+                }
+            })?);
+        }
+        if let Some(out) = child.stdout.take() {
+            let last_step = last_step.clone();
+            readers.push(std::thread::Builder::new().name("vramfit-worker-stdout".into()).spawn(move || {
+                for line in BufReader::new(out).lines().map_while(Result::ok) {
+                    let item = match line.strip_prefix(EVENT_PREFIX).map(serde_json::from_str::<Event>) {
+                        Some(Ok(event)) => {
+                            if let Event::Step { step, .. } = &event {
+                                *last_step.lock().unwrap_or_else(PoisonError::into_inner) = Some(*step);
+                            }
+                            Output::Event(event)
+                        }
+                        Some(Err(e)) => {
+                            Output::Stderr(format!("warning: unreadable event from the training process: {e}"))
+                        }
+                        None => Output::Stdout(line),
+                    };
+                    let _ = output.send(item);
+                    notify();
+                }
+                notify(); // the end of the output: the parent can collect the exit
+            })?);
+        }
+        let stdin = child.stdin.take();
+        Ok(Self { child, stdin, tail, last_step, readers, out_dir: out_dir.to_path_buf(), gpu })
+    }
+
+    /// Asks the child to stop after its current step (it saves a checkpoint).
+    pub fn stop(&mut self) {
+        self.send("stop");
+    }
+
+    /// Kills the child (a worker that did not stop when asked); its run folder keeps its last
+    /// checkpoint.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+    }
+
+    /// Moves the child's memory budget (bytes); it acts at its next memory sample.
+    pub fn set_budget(&mut self, bytes: u64) {
+        self.send(&format!("budget {bytes}"));
+    }
+
+    fn send(&mut self, line: &str) {
+        if let Some(stdin) = self.stdin.as_mut() {
+            let _ = writeln!(stdin, "{line}").and_then(|()| stdin.flush());
+        }
+    }
+
+    /// How the child ended, once it has and all its output has been sent (never blocks).
+    pub fn try_end(&mut self) -> Option<End> {
+        if !self.readers.iter().all(std::thread::JoinHandle::is_finished) {
+            return None;
+        }
+        let status = self.child.try_wait().ok().flatten()?;
+        Some(self.end(status))
+    }
+
+    /// Waits for the child to end.
+    ///
+    /// # Errors
+    /// When the child cannot be waited for.
+    pub fn wait(&mut self) -> std::io::Result<End> {
+        let status = self.child.wait()?;
+        for reader in self.readers.drain(..) {
+            let _ = reader.join();
+        }
+        Ok(self.end(status))
+    }
+
+    fn end(&self, status: ExitStatus) -> End {
+        let tail: Vec<String> = self.tail.lock().unwrap_or_else(PoisonError::into_inner).iter().cloned().collect();
+        match status.code() {
+            Some(0) => End::Done,
+            Some(code @ (1 | 2 | 130)) => End::Explained {
+                code,
+                message: tail.iter().rev().find_map(|l| l.strip_prefix("error: ")).map(str::to_string),
+            },
+            _ => {
+                let last_step = *self.last_step.lock().unwrap_or_else(PoisonError::into_inner);
+                End::Crashed(crash_report(&status, last_step, &tail, &self.out_dir, self.gpu))
+            }
+        }
+    }
+}
+
+impl Drop for WorkerProcess {
+    /// Closing stdin stops the child after its step; it is waited for so no zombie remains.
+    fn drop(&mut self) {
+        self.stdin = None;
+        let _ = self.child.wait();
+    }
+}
+
+/// How a client starts training workers: the vramfit executable (this one, by default) and
+/// variables added to its environment (the tests inject faults with `VRAMFIT_FAULT`).
+#[derive(Clone, Debug)]
+pub struct WorkerLaunch {
+    /// The vramfit binary.
+    pub exe: PathBuf,
+    /// Added to the worker's environment.
+    pub env: Vec<(OsString, OsString)>,
+}
+
+impl Default for WorkerLaunch {
+    fn default() -> Self {
+        Self { exe: std::env::current_exe().unwrap_or_else(|_| PathBuf::from("vramfit")), env: Vec::new() }
+    }
+}
+
+/// What a training run in a worker process needs.
+#[derive(Clone, Debug)]
+pub struct TrainingSpec {
+    /// The config of a new run (a resumed run uses its own `config.toml`).
+    pub config: Config,
+    /// The dataset folder (`None`: the bundled data; on resume, the run's `data.txt`).
+    pub data_dir: Option<PathBuf>,
+    /// The device.
+    pub device: DeviceChoice,
+    /// The run folder.
+    pub out_dir: PathBuf,
+    /// Continue the run in `out_dir`.
+    pub resume: bool,
+    /// Stop after this global step.
+    pub max_steps: Option<usize>,
+}
+
+impl TrainingSpec {
+    /// The worker's command line; `config_file` holds `config` for a new run.
+    fn args(&self, config_file: &Path) -> Vec<OsString> {
+        let mut args: Vec<OsString> =
+            vec!["train".into(), "--worker".into(), "--out".into(), self.out_dir.clone().into()];
+        if self.resume {
+            args.push("--resume".into());
+        } else {
+            args.extend(["--config".into(), config_file.into()]);
+        }
+        if let Some(dir) = &self.data_dir {
+            args.extend(["--data".into(), dir.clone().into()]);
+        }
+        args.extend(device_args(self.device).into_iter().map(Into::into));
+        if let Some(m) = self.max_steps {
+            args.extend(["--max-steps".into(), m.to_string().into()]);
+        }
+        args
+    }
+}
+
+/// A training run in a worker process: what to train and how to start the worker
+/// ([`crate::engine::session::Job::TrainInWorker`]).
+#[derive(Clone, Debug)]
+pub struct WorkerJob {
+    /// The run.
+    pub spec: TrainingSpec,
+    /// The executable and environment.
+    pub launch: WorkerLaunch,
+}
+
+/// `config` in a temporary file for the worker to read, deleted when the returned path drops.
+#[cfg(not(target_arch = "wasm32"))]
+fn write_config_file(config: &Config) -> std::io::Result<tempfile::TempPath> {
+    let mut file = tempfile::Builder::new().prefix("vramfit-app-").suffix(".toml").tempfile()?;
+    file.write_all(config.to_toml().as_bytes())?;
+    Ok(file.into_temp_path())
+}
+
+/// A browser has no processes to start (nor files to write).
+#[cfg(target_arch = "wasm32")]
+fn write_config_file(_config: &Config) -> std::io::Result<PathBuf> {
+    Err(std::io::ErrorKind::Unsupported.into())
+}
+
+/// Runs `job` in a worker process and waits for it: its events go to `sink`, its other output
+/// lines as [`Event::Info`]; `stop` and changes of `budget` are passed on to it.
+///
+/// # Errors
+/// [`Error::Io`] when the config cannot be written or the process not started;
+/// [`Error::Worker`] with the error the worker explained, or its crash report.
+pub fn supervise(
+    job: &WorkerJob,
+    sink: &mut dyn FnMut(Event),
+    stop: &StopSignal,
+    budget: &LiveBudget,
+) -> Result<RunEnd> {
+    let spec = &job.spec;
+    let io = |e: std::io::Error| Error::io(&spec.out_dir, format!("cannot start the training process: {e}"));
+    let config_file = write_config_file(&spec.config).map_err(io)?;
+    let (tx, output) = std::sync::mpsc::channel();
+    let gpu = matches!(spec.device, DeviceChoice::Gpu(_));
+    let args = spec.args(&config_file);
+    let mut process =
+        WorkerProcess::spawn(&job.launch.exe, &args, &job.launch.env, &spec.out_dir, gpu, tx, || {}).map_err(io)?;
+    let (mut budget_sent, mut stop_sent, mut finished) = (spec.config.memory.memory_budget_bytes, None, None);
+    loop {
+        match output.recv_timeout(std::time::Duration::from_millis(50)) {
+            Ok(Output::Event(Event::Finished(end))) => finished = Some(end),
+            Ok(Output::Event(e)) => sink(e),
+            Ok(Output::Stdout(line) | Output::Stderr(line)) if !line.trim().is_empty() => sink(Event::Info(line)),
+            Ok(_) => {}
+            Err(RecvTimeoutError::Timeout) => {}
+            Err(RecvTimeoutError::Disconnected) => break,
+        }
+        match stop_sent {
+            None if stop.is_set() => {
+                process.stop();
+                stop_sent = Some(std::time::Instant::now());
+            }
+            // A worker stuck below the engine (in the driver) would hold its client forever.
+            Some(at) if at.elapsed() > WORKER_STOP_GRACE => process.kill(),
+            _ => {}
+        }
+        if budget.get() != budget_sent {
+            budget_sent = budget.get();
+            process.set_budget(budget_sent);
+        }
+    }
+    let end = process.wait().map_err(|e| Error::Worker(format!("lost the training process: {e}")))?;
+    match end {
+        End::Done => {
+            finished.ok_or_else(|| Error::Worker("the training process ended without a summary; see the log".into()))
+        }
+        End::Explained { code: 130, .. } => Err(Error::Worker("the training process was interrupted".into())),
+        End::Explained { message, .. } => {
+            Err(Error::Worker(message.unwrap_or_else(|| "the training process failed; see the log".into())))
+        }
+        End::Crashed(report) => Err(Error::Worker(format!("{report}\n(the app: press Resume)"))),
+    }
+}
+
+/// The report for a child that died: the cause, where, its last messages, what the run folder
+/// holds and the command that resumes it (at half the micro-batch when the death looks like
+/// running out of memory).
+pub fn crash_report(status: &ExitStatus, last_step: Option<usize>, tail: &[String], out: &Path, gpu: bool) -> String {
+    let signal = signal_of(status);
+    let cause = match (signal, status.code()) {
+        (Some(6), _) => "SIGABRT: aborted, e.g. by the GPU runtime".to_string(),
+        (Some(9), _) => "SIGKILL: killed, by the system's out-of-memory killer or kill -9".to_string(),
+        (Some(11), _) => "SIGSEGV: a segmentation fault, typically in the GPU driver".to_string(),
+        (Some(s), _) => format!("signal {s}"),
+        (None, Some(101)) => "a panic (exit status 101)".to_string(),
+        (None, Some(c)) => format!("exit status {c}"),
+        (None, None) => "an unknown cause".to_string(),
+    };
+    let text = tail.join("\n").to_lowercase();
+    let out_of_memory = signal == Some(9)
+        || ["out of memory", "outofmemory", "oom", "cannot allocate"].iter().any(|k| text.contains(k));
+    let mut report = format!(
+        "the training process died ({cause}) {}",
+        last_step.map_or("before its first step".to_string(), |s| format!("after step {s}"))
+    );
+    if !tail.is_empty() {
+        report += &format!("; its last messages:\n  {}", tail.join("\n  "));
+    }
+    let held = crate::train::checkpoint::describe_run(out).unwrap_or_else(|| "no checkpoint yet".into());
+    let mut resume = format!("vramfit train --resume --out {}", out.display());
+    if !gpu {
+        resume += " --device cpu";
+    }
+    if out_of_memory {
+        let batch = crate::train::run_dir::load_config(out).map_or(2, |(c, _)| c.train.batch_size);
+        resume += &format!(" --batch-size {}", (batch / 2).max(1));
+        report += "\nthis looks like running out of memory (device or machine): resume at half the micro-batch";
+    }
+    report + &format!("\nthe run folder is intact ({held}); continue with: {resume}")
+}
+
+#[cfg(unix)]
+fn signal_of(status: &ExitStatus) -> Option<i32> {
+    std::os::unix::process::ExitStatusExt::signal(status)
+}
+
+#[cfg(not(unix))]
+fn signal_of(_status: &ExitStatus) -> Option<i32> {
+    None
+}
+
+/// The command-line flags that select `choice` in a child `vramfit` process
+/// (`--device gpu [--adapter N]` or `--device cpu --cpu-backend flex|ndarray`).
+pub fn device_args(choice: crate::device::DeviceChoice) -> Vec<String> {
+    use crate::device::DeviceChoice;
+    match choice {
+        DeviceChoice::Gpu(adapter) => {
+            let mut args = vec!["--device".to_string(), "gpu".to_string()];
+            if let Some(i) = adapter {
+                args.extend(["--adapter".to_string(), i.to_string()]);
+            }
+            args
+        }
+        DeviceChoice::Cpu(backend) => {
+            let name = backend.name();
+            vec!["--device".into(), "cpu".into(), "--cpu-backend".into(), name.into()]
+        }
+    }
+}

@@ -1,0 +1,321 @@
+//! Evaluation: loss, top-1/top-5 accuracy, per-class accuracy and the confusion matrix.
+
+use std::sync::Arc;
+
+use burn::tensor::{Device, Int, Tensor, TensorData};
+
+use crate::config::{ModelConfig, Precision};
+use crate::data::dataset::Dataset;
+use crate::data::loader::{self, Batch, SamplePipeline};
+use crate::engine::error::{Error, Result};
+use crate::model::Classifier;
+
+/// Results over a dataset. With no image evaluated (`samples == 0`) the loss and accuracies are
+/// NaN, which every output shows as "n/a" ([`percent_or_na`]) and CSV files as an empty cell.
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct EvalResult {
+    /// Mean cross-entropy (no smoothing); NaN without images.
+    #[serde(deserialize_with = "crate::engine::events::f32_or_nan")]
+    pub loss: f32,
+    /// Top-1 accuracy, 0..1; NaN without images.
+    #[serde(deserialize_with = "crate::engine::events::f32_or_nan")]
+    pub top1: f32,
+    /// Top-5 accuracy, 0..1 (top-k with k = classes when fewer than 5); NaN without images.
+    #[serde(deserialize_with = "crate::engine::events::f32_or_nan")]
+    pub top5: f32,
+    /// Class names, label order.
+    pub class_names: Vec<String>,
+    /// `confusion[true][predicted]` counts.
+    pub confusion: Vec<Vec<u64>>,
+    /// Samples evaluated.
+    pub samples: usize,
+    /// Samples skipped (undecodable): (source, reason).
+    pub skipped: Vec<(String, String)>,
+}
+
+impl EvalResult {
+    /// Accuracy of each class, 0..1 (NaN for a class without samples).
+    pub fn per_class_accuracy(&self) -> Vec<f32> {
+        self.confusion.iter().enumerate().map(|(i, row)| row[i] as f32 / row.iter().sum::<u64>() as f32).collect()
+    }
+
+    /// The confusion matrix as CSV: header `true\predicted,<classes>`, one row per true class.
+    pub fn confusion_csv(&self) -> String {
+        let quote = |s: &str| format!("\"{}\"", s.replace('"', "\"\""));
+        let mut out = String::from("true\\predicted");
+        for c in &self.class_names {
+            out.push(',');
+            out.push_str(&quote(c));
+        }
+        out.push('\n');
+        for (name, row) in self.class_names.iter().zip(&self.confusion) {
+            out.push_str(&quote(name));
+            for v in row {
+                out.push_str(&format!(",{v}"));
+            }
+            out.push('\n');
+        }
+        out
+    }
+}
+
+/// Host batch to device tensors: images `[B, 3, H, W]`, labels `[B]`.
+pub fn batch_tensors(batch: Batch, device: &Device) -> (Tensor<4>, Tensor<1, Int>) {
+    let n = batch.len();
+    let images = Tensor::<4>::from_data(TensorData::new(batch.images, [n, 3, batch.height, batch.width]), device);
+    let labels = Tensor::<1, Int>::from_data(TensorData::new(batch.labels, [n]), device);
+    (images, labels)
+}
+
+/// How [`evaluate`] batches, computes and checks its uploads.
+#[derive(Clone, Debug)]
+pub struct EvalSettings<'a> {
+    /// The network's config (its layer shapes size the buffer check).
+    pub model: &'a ModelConfig,
+    /// Images per batch read from the loader.
+    pub batch_size: usize,
+    /// Compute precision of the forward pass.
+    pub precision: Precision,
+    /// Decoding threads (0: automatic, [`crate::data::loader::worker_count`]).
+    pub workers: usize,
+    /// Bytes one tensor may occupy on the device
+    /// ([`crate::device::SelectedDevice::buffer_limit`]); `None` on the CPU.
+    pub buffer_limit: Option<u64>,
+}
+
+/// Evaluates `model` (a validation snapshot, no autodiff) on `dataset`, blocking on
+/// [`evaluate_async`] (native code; a browser awaits that instead).
+///
+/// # Errors
+/// As [`evaluate_async`].
+pub fn evaluate(
+    model: &Classifier,
+    dataset: Arc<Dataset>,
+    pipeline: Arc<SamplePipeline>,
+    device: &Device,
+    settings: &EvalSettings<'_>,
+) -> Result<EvalResult> {
+    pollster::block_on(evaluate_async(model, dataset, pipeline, device, settings))
+}
+
+/// Evaluates `model` (a validation snapshot, no autodiff) on `dataset`. Every batch is checked
+/// against the device's buffer limit before it is uploaded and split into chunks that fit; each
+/// chunk's results are read back in one awaited transfer ([`batch_log_probs`]). Where no thread
+/// can be started (a browser) the batches are decoded on the awaiting thread.
+///
+/// # Errors
+/// [`Error::Memory`] when one image alone is larger than the device's buffer limit (naming the
+/// limit and the fix), [`Error::Device`] when the device fails to return results.
+pub async fn evaluate_async(
+    model: &Classifier,
+    dataset: Arc<Dataset>,
+    pipeline: Arc<SamplePipeline>,
+    device: &Device,
+    settings: &EvalSettings<'_>,
+) -> Result<EvalResult> {
+    let EvalSettings { batch_size, precision, workers, buffer_limit, .. } = *settings;
+    let pipeline_keeps_size = pipeline.preprocess.output_size().is_none();
+    let classes = dataset.class_names.len();
+    let mut result = EvalResult {
+        class_names: dataset.class_names.clone(),
+        confusion: vec![vec![0; classes]; classes],
+        ..Default::default()
+    };
+    let (mut loss_sum, mut top5_hits) = (0f64, 0usize);
+    for batch in loader::batches(
+        dataset.clone(),
+        pipeline,
+        loader::Pass::in_order(dataset.samples.len(), batch_size, 0),
+        workers,
+        2,
+    ) {
+        result.skipped.extend(batch.skipped.iter().cloned());
+        if batch.is_empty() {
+            continue;
+        }
+        let per_image = crate::memory::inference_bytes_per_image(settings.model, classes, (batch.height, batch.width));
+        let fit = crate::memory::images_per_buffer(buffer_limit, per_image);
+        if fit == 0 {
+            return Err(Error::Memory(format!(
+                "one {}x{} evaluation image needs a {} tensor but the device allows {} per buffer; evaluate on the \
+                 CPU (--device cpu){}",
+                batch.width,
+                batch.height,
+                crate::memory::human_bytes(per_image),
+                crate::memory::human_bytes(buffer_limit.unwrap_or(0)),
+                // Mode `none` keeps each image's size: only a crop-based mode bounds it.
+                if pipeline_keeps_size {
+                    ", or train with a crop-based preprocess mode"
+                } else {
+                    " or use a smaller data.preprocess.crop_size"
+                },
+            )));
+        }
+        for chunk in batch.split(batch.len().div_ceil(fit)) {
+            let labels = chunk.labels.clone();
+            let log_probs = batch_log_probs(model, chunk, device, precision).await?;
+            count_batch(&log_probs, &labels, &mut result, &mut loss_sum, &mut top5_hits);
+        }
+    }
+    finish(&mut result, loss_sum, top5_hits);
+    Ok(result)
+}
+
+/// The loss, top-1 and top-5 of the batches [`count_batch`] added to `result`.
+pub(crate) fn finish(result: &mut EvalResult, loss_sum: f64, top5_hits: usize) {
+    let classes = result.class_names.len();
+    let n = if result.samples == 0 { f64::NAN } else { result.samples as f64 };
+    let correct: u64 = (0..classes).map(|i| result.confusion[i][i]).sum();
+    result.loss = (loss_sum / n) as f32;
+    result.top1 = (correct as f64 / n) as f32;
+    result.top5 = (top5_hits as f64 / n) as f32;
+}
+
+/// The log-probabilities `[B * C]` (row-major, `C` classes) of one batch, read from the device
+/// in one awaited transfer (in a browser the page runs meanwhile).
+///
+/// # Errors
+/// [`Error::Device`] when the device fails to return them.
+pub(crate) async fn batch_log_probs(
+    model: &Classifier,
+    batch: Batch,
+    device: &Device,
+    precision: Precision,
+) -> Result<Vec<f32>> {
+    let (images, _) = batch_tensors(batch, device);
+    let logits = model.forward(images, precision);
+    let logp = burn::tensor::activation::log_softmax(logits, 1); // [B, C]
+    let data = logp.into_data_async().await.map_err(|e| Error::device(&e))?;
+    data.try_to_vec::<f32>().map_err(|e| Error::device(&e))
+}
+
+/// Adds one batch's loss sum (the negative log-probability of each true class), confusion counts
+/// and top-k hits to the running totals. `log_probs` is `[labels.len() * C]`.
+pub(crate) fn count_batch(
+    log_probs: &[f32],
+    labels: &[i64],
+    result: &mut EvalResult,
+    loss_sum: &mut f64,
+    top5_hits: &mut usize,
+) {
+    let classes = result.class_names.len();
+    let k = classes.min(5);
+    for (i, &label) in labels.iter().enumerate() {
+        let row = &log_probs[i * classes..(i + 1) * classes];
+        *loss_sum -= f64::from(row[label as usize]);
+        let ranked = top_k(row, k);
+        result.confusion[label as usize][ranked[0].0] += 1;
+        if ranked.iter().any(|(c, _)| *c == label as usize) {
+            *top5_hits += 1;
+        }
+    }
+    result.samples += labels.len();
+}
+
+/// An accuracy (0..1) as a percentage with two decimals, or "n/a" when it was not measured (NaN).
+pub fn percent_or_na(value: f32) -> String {
+    if value.is_finite() { format!("{:.2}%", value * 100.0) } else { "n/a".to_string() }
+}
+
+/// A loss with four decimals, or "n/a" when it was not measured (NaN).
+pub fn loss_or_na(value: f32) -> String {
+    if value.is_finite() { format!("{value:.4}") } else { "n/a".to_string() }
+}
+
+/// A metric for a CSV cell: the number, or an empty cell when it was not measured (NaN).
+pub fn csv_cell(value: f32) -> String {
+    if value.is_finite() { value.to_string() } else { String::new() }
+}
+
+/// Indices and values of the `k` largest entries, largest first (ties: lower index first).
+pub fn top_k(values: &[f32], k: usize) -> Vec<(usize, f32)> {
+    let mut idx: Vec<(usize, f32)> = values.iter().copied().enumerate().collect();
+    idx.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+    idx.truncate(k);
+    idx
+}
+
+/// Evaluates the newest intact checkpoint of the run folder `run` on `data` (the app's
+/// Evaluate button): batches of at least 32, f32, the run's decoding threads.
+///
+/// # Errors
+/// [`Error::Dataset`] when `data`'s classes are not the run's; as
+/// [`crate::train::checkpoint::load_latest_model`] and [`evaluate`].
+pub fn evaluate_run(
+    run: &std::path::Path,
+    data: Dataset,
+    device: &crate::device::SelectedDevice,
+) -> Result<EvalResult> {
+    let (model, config, state) = crate::train::checkpoint::load_latest_model(run, &device.device)?;
+    if state.class_names != data.class_names {
+        return Err(Error::Dataset {
+            path: run.into(),
+            message: "the dataset's classes differ from the run's; choose the dataset it was trained on".into(),
+        });
+    }
+    let pipe = Arc::new(SamplePipeline::from_config(&config, false));
+    let settings = EvalSettings {
+        model: &config.model,
+        batch_size: config.train.batch_size.max(32),
+        precision: Precision::F32,
+        workers: config.data.workers,
+        buffer_limit: device.buffer_limit(),
+    };
+    evaluate(&model, Arc::new(data), pipe, &device.device, &settings)
+}
+
+/// Evaluates exported weights (an export folder or weights file, see
+/// [`crate::export::resolve_paths`]) on `data` with the export's own preprocessing, in batches
+/// of `batch_size`, f32.
+///
+/// # Errors
+/// [`Error::Io`] naming the model when `data`'s classes are not its own; as
+/// [`crate::export::load`] and [`evaluate`].
+pub fn evaluate_export(
+    model: &std::path::Path,
+    data: Dataset,
+    device: &crate::device::SelectedDevice,
+    batch_size: usize,
+) -> Result<EvalResult> {
+    let loaded = crate::export::load(model, &device.device)?;
+    if data.class_names != loaded.metadata.class_names {
+        return Err(Error::io(
+            model,
+            format!(
+                "the model's classes {:?} differ from the dataset's {:?}; evaluate it on the dataset it was trained on",
+                loaded.metadata.class_names, data.class_names
+            ),
+        ));
+    }
+    let config = loaded.metadata.inference_config();
+    let pipe = Arc::new(SamplePipeline::from_config(&config, false));
+    let settings = EvalSettings {
+        model: &loaded.metadata.model,
+        batch_size,
+        precision: Precision::F32,
+        workers: 0,
+        buffer_limit: device.buffer_limit(),
+    };
+    evaluate(&loaded.model, Arc::new(data), pipe, &device.device, &settings)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn top_k_orders_by_value() {
+        assert_eq!(top_k(&[0.1, 0.5, 0.2, 0.9], 2), vec![(3, 0.9), (1, 0.5)]);
+    }
+
+    #[test]
+    fn per_class_and_csv() {
+        let r = EvalResult {
+            class_names: vec!["a".into(), "b \"x\"".into()],
+            confusion: vec![vec![3, 1], vec![0, 2]],
+            ..Default::default()
+        };
+        assert_eq!(r.per_class_accuracy(), vec![0.75, 1.0]);
+        assert_eq!(r.confusion_csv(), "true\\predicted,\"a\",\"b \"\"x\"\"\"\n\"a\",3,1\n\"b \"\"x\"\"\",0,2\n");
+    }
+}

@@ -1,0 +1,155 @@
+//! The phases of a training run, in order, for both stores: check the data and the precision
+//! (1), plan the memory (2), open the store (3, [`super::run_folder`]), the epochs (5,
+//! [`super::epoch`]), the end of each (6) and the finish (7, [`super::run`]). One async
+//! function, [`run`].
+
+use web_time::Instant;
+
+use super::epoch_data::EpochData;
+use super::run::{Ended, Run};
+use super::step::precision_on;
+use super::store::{RunOptions, Store};
+use crate::config::Config;
+use crate::data::dataset::Splits;
+use crate::data::loader::{self, SamplePipeline};
+use crate::device::SelectedDevice;
+use crate::engine::error::{Error, Result};
+use crate::engine::events::{Event, EventSink, RunEnd, StopSignal};
+use crate::memory::{self, human_bytes};
+
+/// Runs the phases of a training run on `device` over `splits`, sending [`Event`]s to `sink`:
+/// [`Event::Started`], per step [`Event::Step`] (and [`Event::Memory`] where sampled), per epoch
+/// [`Event::EpochEnd`], and [`Event::Finished`] last. Stop is honoured before each step; the
+/// step cap after the step that reaches it; either one falling on an epoch's last step still
+/// ends that epoch (evaluated, counted as completed).
+///
+/// # Errors
+/// As [`super::train`]; [`Store::Memory`] writes nothing, so it has no I/O errors of its own.
+pub(super) async fn run(
+    options: RunOptions<'_>,
+    device: &SelectedDevice,
+    splits: &Splits,
+    sink: EventSink<'_>,
+    stop: &StopSignal,
+) -> Result<Ended> {
+    let started = Instant::now();
+    if let Store::Folder { out, .. } = options.store {
+        std::fs::create_dir_all(out).map_err(|e| Error::io(out, e))?;
+    }
+    let config = check_data_and_precision(&options, device, splits, sink)?;
+    let config = plan_memory(&options, device, splits, config, sink)?;
+    let mut run = Run::new(options, device, splits, config);
+    let _lock = run.open_store(sink)?;
+    sink(run.started_event(splits));
+    if let Some(why) = run.nothing_to_train() {
+        // Nothing to train: leave the run's export as it is.
+        sink(Event::Warning(format!("nothing to train: {why}")));
+        run.summary.stopped = run.trainer.state.epoch < run.config.train.epochs;
+    } else {
+        let data = EpochData::new(splits, &run.config, run.augments_on_device(), run.options.store);
+        while run.trainer.state.epoch < run.config.train.epochs {
+            let epoch_start = Instant::now();
+            let totals = run.train_epoch(&data, sink, stop).await?;
+            if run.summary.stopped {
+                break;
+            }
+            run.end_epoch(&data, &totals, epoch_start, sink).await?;
+            let more = run.trainer.state.epoch < run.config.train.epochs;
+            if more && (stop.is_set() || run.capped()) {
+                run.summary.stopped = true;
+                break;
+            }
+        }
+        if run.summary.stopped && matches!(run.options.store, Store::Memory) {
+            // A model handed back cut short: the end's accuracy is of the model as it is now.
+            run.summary.val = Some(run.evaluate(&data).await?);
+        }
+    }
+    let ended = run.finish(started)?;
+    sink(Event::Finished(RunEnd {
+        stopped: ended.summary.stopped,
+        global_step: ended.summary.global_step,
+        epochs_completed: ended.summary.epochs_completed,
+        export_dir: ended.summary.export_dir.clone(),
+        val: ended.summary.val.clone(),
+    }));
+    Ok(ended)
+}
+
+/// Phase 1: the data can train (warnings sent), and the precision the device can compute in
+/// (f16 falls back to f32 on a device without it, with a warning).
+fn check_data_and_precision(
+    options: &RunOptions<'_>,
+    device: &SelectedDevice,
+    splits: &Splits,
+    sink: EventSink,
+) -> Result<Config> {
+    let mut config = options.config.clone();
+    if splits.train.samples.is_empty() {
+        let path = match options.store {
+            Store::Folder { out, .. } => out.to_path_buf(),
+            Store::Memory => splits.root.clone(),
+        };
+        return Err(Error::Dataset { path, message: "no training samples".into() });
+    }
+    let probe = SamplePipeline::from_config(&config, false);
+    for warning in
+        splits.report.warnings().into_iter().chain(splits.check_trainable(|source| probe.decode(source).is_ok())?)
+    {
+        sink(Event::Warning(warning));
+    }
+    let precision = precision_on(&config, device);
+    if precision != config.train.precision {
+        sink(Event::Warning(format!("{} has no shader f16: training in f32", device.name)));
+        config.train.precision = precision;
+    }
+    Ok(config)
+}
+
+/// Phase 2: the predicted peak fits the budget (or `auto_fit` makes it fit) and one
+/// micro-batch's largest tensor fits the adapter's buffer limit, before anything is allocated.
+fn plan_memory(
+    options: &RunOptions<'_>,
+    device: &SelectedDevice,
+    splits: &Splits,
+    mut config: Config,
+    sink: EventSink,
+) -> Result<Config> {
+    let classes = splits.train.class_names.len();
+    let px = config.image_size_px();
+    let image_hw = loader::check_sizes_agree(&splits.train, &config.data.preprocess)?.unwrap_or((px, px));
+    let plan = memory::plan(&config, classes);
+    if !plan.fits {
+        if plan.fit_batch_size == 0 {
+            return Err(Error::Memory(format!(
+                "predicted peak {} {} of the {} budget (memory.memory_budget_bytes), and not even batch 1 fits: \
+                 lower data.preprocess.crop_size or the model's width, turn on f16 or checkpointing, or raise the budget",
+                human_bytes(plan.estimate.total),
+                plan.verdict(),
+                human_bytes(plan.budget_bytes),
+            )));
+        }
+        if !options.auto_fit {
+            return Err(Error::Memory(format!(
+                "predicted peak {} {} of the {} budget (memory.memory_budget_bytes); set train.batch_size = {} with \
+                 train.grad_accum_steps = {} to keep the effective batch, turn on checkpointing or f16, or pass --auto-fit",
+                human_bytes(plan.estimate.total),
+                plan.verdict(),
+                human_bytes(plan.budget_bytes),
+                plan.fit_batch_size,
+                plan.fit_grad_accum_steps
+            )));
+        }
+        sink(Event::BatchAdapted {
+            micro_batch: plan.fit_batch_size,
+            grad_accum_steps: plan.fit_grad_accum_steps,
+            reason: format!("--auto-fit: batch {} {}", config.train.batch_size, plan.verdict()),
+        });
+        config.train.batch_size = plan.fit_batch_size;
+        config.train.grad_accum_steps = plan.fit_grad_accum_steps;
+    }
+    if let Some(limit) = device.buffer_limit() {
+        memory::check_buffer_limit(&config.model, classes, image_hw, config.train.batch_size, limit, &device.name)?;
+    }
+    Ok(config)
+}

@@ -1,0 +1,81 @@
+//! Where a run keeps what it makes ([`Store`]: a run folder or memory), what a run is asked
+//! to do whichever its store ([`RunOptions`]), and the CSV files a run folder's runs append to.
+
+use std::io::Write;
+use std::path::Path;
+
+use crate::config::Config;
+use crate::engine::error::{Error, Result};
+use crate::engine::events::LiveBudget;
+
+/// Where a run keeps what it makes.
+#[derive(Clone, Copy, Debug)]
+pub(super) enum Store<'a> {
+    /// A run folder: its lock, `config.toml`, `metrics.csv` and `epochs.csv` rows, checkpoints
+    /// (resume continues from the newest) and, when `export`, the export of a finished run.
+    Folder {
+        /// The run folder.
+        out: &'a Path,
+        /// Continue from its newest intact checkpoint.
+        resume: bool,
+        /// Write `export/` when the run finishes.
+        export: bool,
+    },
+    /// Memory: nothing is written; the model is handed back. The loader builds batches on the
+    /// calling thread (a page has no other), without the image cache's disk and with the
+    /// augmentation on the CPU, as a page computes them.
+    Memory,
+}
+
+/// What a run is asked to do, whichever its store.
+pub(super) struct RunOptions<'a> {
+    /// The configuration (flags applied).
+    pub(super) config: &'a Config,
+    /// Stop after this many optimizer steps in total (the schedule still spans the epochs).
+    pub(super) max_steps: Option<usize>,
+    /// Over the budget, shrink the micro-batch (accumulation keeps the effective batch) instead
+    /// of refusing.
+    pub(super) auto_fit: bool,
+    /// A budget that may move while the run trains; `None` holds to the config's.
+    pub(super) live_budget: Option<&'a LiveBudget>,
+    /// Where the run keeps what it makes.
+    pub(super) store: Store<'a>,
+}
+
+/// Header of `metrics.csv`.
+pub const METRICS_HEADER: &str = "step,epoch,loss,accuracy,lr,images_per_sec,bytes_in_use,bytes_reserved";
+/// Header of `epochs.csv`.
+pub const EPOCHS_HEADER: &str = "epoch,train_loss,train_accuracy,val_loss,val_accuracy,val_top5,secs,skipped";
+
+/// Keeps the header and the rows of a CSV file whose first column `keep` accepts, dropping the
+/// rest (rows written after the checkpoint a run resumes from, so no step appears twice).
+///
+/// # Errors
+/// [`Error::Io`] naming the file.
+pub(super) fn truncate_csv(path: &Path, keep: impl Fn(usize) -> bool) -> Result<usize> {
+    let Ok(text) = std::fs::read_to_string(path) else { return Ok(0) };
+    let mut out = String::with_capacity(text.len());
+    let mut dropped = 0;
+    for (i, line) in text.lines().enumerate() {
+        let first = line.split(',').next().and_then(|v| v.parse::<usize>().ok());
+        if i == 0 || first.is_some_and(&keep) {
+            out.push_str(line);
+            out.push('\n');
+        } else {
+            dropped += 1;
+        }
+    }
+    if dropped > 0 {
+        crate::atomic_file::write_atomic(path, out.as_bytes())?;
+    }
+    Ok(dropped)
+}
+
+pub(super) fn csv_append(path: &Path, header: &str, line: &str) -> Result<()> {
+    let new = !path.exists();
+    let mut f = std::fs::OpenOptions::new().create(true).append(true).open(path).map_err(|e| Error::io(path, e))?;
+    if new {
+        writeln!(f, "{header}").map_err(|e| Error::io(path, e))?;
+    }
+    writeln!(f, "{line}").map_err(|e| Error::io(path, e))
+}
