@@ -5,7 +5,7 @@
 //             the Rust side sums them over the batch),
 //   dx = rstd (gamma_c dp - mean(gamma dp) - xhat mean(gamma dp xhat)), means over the group
 //   (the normalization backward: Ioffe & Szegedy 2015, per group as in Wu & He 2018).
-// The statistics are recomputed from x, as the CPU kernel does (src/group_norm_gelu.rs).
+// The statistics are recomputed from x, as the CPU kernel does (src/kernels/group_norm_gelu.rs).
 //
 // Bindings (group 0, in the order the Rust side passes them; all read_write, shaders/README.md):
 //   0: x       [B, C, H, W] f32, contiguous

@@ -39,7 +39,7 @@ fn workgroup_sum(lid: u32, v: vec2<f32>) -> vec2<f32> {
 }
 
 // Phi(p) and phi(p), the standard normal CDF and density: the CDF from Abramowitz & Stegun
-// 7.1.26 (erfc within 1.5e-7), as src/gelu.rs computes it on the CPU. gelu(p) = p Phi(p),
+// 7.1.26 (erfc within 1.5e-7), as src/kernels/gelu.rs computes it on the CPU. gelu(p) = p Phi(p),
 // gelu'(p) = Phi(p) + p phi(p).
 fn cdf_and_density(p: f32) -> vec2<f32> {
     let z = abs(p) * 0.70710678;

@@ -1,6 +1,6 @@
 """PyTorch reference for vramfit's network, layer for layer.
 
-Builds the same GroupNorm + depthwise-separable classifier as `src/model.rs` from a vramfit
+Builds the same GroupNorm + depthwise-separable classifier as `src/model/mod.rs` from a vramfit
 config (`configs/*.toml`), checks that its parameter count equals `vramfit info`'s, and measures
 training images/s (AdamW, label smoothing, global-norm clipping, AMP when the config says f16 and
 CUDA is present) and, on CUDA, `torch.cuda.max_memory_allocated`.

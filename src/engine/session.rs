@@ -21,8 +21,6 @@
 //! [`Error::Crashed`], not the session.
 
 use std::collections::VecDeque;
-#[cfg(not(target_arch = "wasm32"))]
-use std::panic::AssertUnwindSafe;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc::Sender;
@@ -30,16 +28,19 @@ use std::sync::mpsc::Sender;
 use std::sync::mpsc::channel;
 use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::thread::JoinHandle;
-#[cfg(not(target_arch = "wasm32"))]
-use std::time::SystemTime;
 
 use image::RgbImage;
+
+#[cfg(target_arch = "wasm32")]
+use runner::run_async;
+#[cfg(not(target_arch = "wasm32"))]
+use runner::{Engine, catch_panic};
 
 use crate::config::Config;
 use crate::data::dataset::{Dataset, Splits};
 use crate::device::{DeviceChoice, SelectedDevice};
 use crate::engine::error::{Error, Result};
-use crate::engine::events::{Event, EventSink, LiveBudget, RunEnd, StopSignal};
+use crate::engine::events::{Event, LiveBudget, RunEnd, StopSignal};
 use crate::engine::worker::WorkerJob;
 use crate::inference::eval::EvalResult;
 use crate::inference::predict::{ClassProb, Predictor};
@@ -573,217 +574,6 @@ impl Drop for Session {
     }
 }
 
-/// `job`'s result, or [`Error::Crashed`] with the message of its panic.
-#[cfg(not(target_arch = "wasm32"))]
-fn catch_panic(job: impl FnOnce() -> Result<JobOutput>) -> Result<JobOutput> {
-    std::panic::catch_unwind(AssertUnwindSafe(job))
-        .unwrap_or_else(|panic| Err(Error::Crashed(crate::engine::events::panic_message(panic.as_ref()))))
-}
-
-/// The engine thread's state: the queue it reports to, the controls, and the cached predictor.
-#[cfg(not(target_arch = "wasm32"))]
-struct Engine {
-    queue: Arc<ReportQueue>,
-    stop: StopSignal,
-    budget: LiveBudget,
-    predictor: Option<CachedPredictor>,
-}
-
-/// A predictor with what it was loaded from; reused while all three stay the same.
-#[cfg(not(target_arch = "wasm32"))]
-struct CachedPredictor {
-    model: PathBuf,
-    device: DeviceChoice,
-    modified: Option<SystemTime>,
-    predictor: Predictor,
-}
-
-#[cfg(not(target_arch = "wasm32"))]
-impl Engine {
-    fn run(&mut self, job: Job, notify: &(dyn Fn() + Send + Sync)) -> Result<JobOutput> {
-        let queue = self.queue.clone();
-        let mut sink = |e: Event| {
-            queue.push(Report::Event(e));
-            notify();
-        };
-        match job {
-            Job::Train { mut request, splits, device } => {
-                request.live_budget = Some(self.budget.clone());
-                let summary = crate::train::train(&request, &device, &splits, &mut sink, &self.stop)?;
-                Ok(JobOutput::Trained(Box::new(summary)))
-            }
-            job @ (Job::TrainInMemory { .. } | Job::PredictWith { .. } | Job::ExportModel { .. }) => {
-                pollster::block_on(run_async(job, &mut sink, &self.stop))
-            }
-            Job::TrainInWorker(job) => {
-                // Normally started on a supervisor thread by `Session::submit`.
-                let end = crate::engine::worker::supervise(&job, &mut sink, &self.stop, &self.budget)?;
-                Ok(JobOutput::TrainedInWorker(Box::new(end)))
-            }
-            Job::OverfitCheck { config, train, device, steps } => {
-                Ok(JobOutput::OverfitChecked(crate::train::overfit_check(&config, &device, &train, steps, &mut sink)?))
-            }
-            Job::Evaluate { run, data, device } => {
-                Ok(JobOutput::Evaluated(Box::new(crate::inference::eval::evaluate_run(&run, data, &device)?)))
-            }
-            Job::EvaluateExport { model, data, device, batch_size } => {
-                let r = crate::inference::eval::evaluate_export(&model, data, &device, batch_size)?;
-                Ok(JobOutput::Evaluated(Box::new(r)))
-            }
-            Job::Export { run, dir, options } => {
-                Ok(JobOutput::Exported(crate::export::export_run_with(&run, &dir, &options)?))
-            }
-            Job::Predict { model, paths, top_k, device, thumbnails } => {
-                let predictor = self.predictor_for(model, device)?;
-                let files = paths.into_iter().map(|p| predict_file(predictor, p, top_k, thumbnails)).collect();
-                Ok(JobOutput::Predicted(files))
-            }
-        }
-    }
-
-    /// The cached predictor of `model` on `device`, loaded when it is not the cached one or its
-    /// weights file changed since (a new export).
-    fn predictor_for(&mut self, model: PathBuf, device: DeviceChoice) -> Result<&Predictor> {
-        let modified = crate::export::resolve_paths(&model)
-            .ok()
-            .and_then(|(weights, _)| weights.metadata().and_then(|m| m.modified()).ok());
-        let fresh =
-            self.predictor.as_ref().is_some_and(|c| c.model == model && c.device == device && c.modified == modified);
-        if !fresh {
-            self.predictor = None;
-            let selected = crate::device::select(device)?;
-            let predictor =
-                Predictor::load(&model, selected.device.clone())?.with_buffer_limit(selected.buffer_limit());
-            self.predictor = Some(CachedPredictor { model, device, modified, predictor });
-        }
-        match &self.predictor {
-            Some(c) => Ok(&c.predictor),
-            None => Err(Error::Crashed("the predictor cache is empty after loading".into())),
-        }
-    }
-}
-
-/// The jobs that run the same way on the engine thread (driven by `pollster::block_on`) and
-/// in a page (awaited between the page's work): [`Job::TrainInMemory`], [`Job::PredictWith`]
-/// and [`Job::ExportModel`]. Every other job finishes with an error saying it is not available
-/// in a browser (only a page hands it here).
-async fn run_async(job: Job, sink: EventSink<'_>, stop: &StopSignal) -> Result<JobOutput> {
-    match job {
-        Job::TrainInMemory { request, splits, device } => {
-            let trained = crate::train::train_in_memory(&request, &splits, &device, sink, stop).await?;
-            Ok(JobOutput::TrainedInMemory(Box::new(trained)))
-        }
-        Job::PredictWith { predictor, images, top_k, thumbnails } => {
-            let mut files = Vec::with_capacity(images.len());
-            for image in images {
-                files.push(predict_image(&predictor, image, top_k, thumbnails).await);
-            }
-            Ok(JobOutput::Predicted(files))
-        }
-        Job::ExportModel { predictor, dir, options } => {
-            let files = crate::export::model_files_async(predictor.model(), &predictor.metadata, &options).await?;
-            match dir {
-                // In a page, writing fails with an error naming the folder (wasm has no files).
-                Some(dir) => Ok(JobOutput::Exported(crate::export::write_files(&dir, files)?)),
-                None => Ok(JobOutput::ExportFiles(files)),
-            }
-        }
-        other => Err(Error::Crashed(format!(
-            "{:?} needs a disk, threads or processes: not available in a browser",
-            other.kind()
-        ))),
-    }
-}
-
-/// Decodes, predicts and (when asked) thumbnails one file; a bad file gets its reason, not an
-/// error.
-#[cfg(not(target_arch = "wasm32"))]
-fn predict_file(predictor: &Predictor, path: PathBuf, top_k: usize, thumbnails: bool) -> PredictedFile {
-    pollster::block_on(predict_image(predictor, ImageInput { path, bytes: None }, top_k, thumbnails))
-}
-
-/// Decodes (from its file or its bytes), predicts and (when asked) thumbnails one image; a bad
-/// image gets its reason, not an error. The device read is awaited (a page runs meanwhile).
-async fn predict_image(predictor: &Predictor, input: ImageInput, top_k: usize, thumbnails: bool) -> PredictedFile {
-    let ImageInput { path, bytes } = input;
-    let loaded = match &bytes {
-        Some(b) => predictor.decode_image(b, &path),
-        None => predictor.load_image(&path),
-    };
-    let thumbnail = loaded
-        .as_ref()
-        .ok()
-        .filter(|_| thumbnails)
-        .map(|img| image::imageops::thumbnail(img, THUMBNAIL_SIZE, THUMBNAIL_SIZE));
-    let result = match loaded {
-        Ok(img) => predictor.probabilities_async(std::slice::from_ref(&img)).await.map(|p| predictor.top(&p[0], top_k)),
-        Err(e) => Err(e),
-    }
-    .map_err(|e| match e {
-        // The file is named: a preprocess failure is this image's fault.
-        Error::Preprocess(m) => {
-            Error::Image { path: path.clone(), fault: crate::data::image_io::ImageFault::Unusable(m) }.to_string()
-        }
-        other => other.to_string(),
-    });
-    PredictedFile { path, result, notices: predictor.take_notices(), thumbnail }
-}
-
+mod runner;
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn step(step: usize) -> Report {
-        Report::Event(Event::Step {
-            step,
-            epoch: 0,
-            loss: 1.0,
-            accuracy: 0.5,
-            lr: 1e-3,
-            images_per_sec: 1.0,
-            data_wait_secs: 0.0,
-        })
-    }
-
-    #[test]
-    fn a_full_queue_replaces_the_oldest_sample_and_keeps_every_state_change() {
-        let q = ReportQueue::default();
-        q.push(Report::Event(Event::Warning("first".into())));
-        for s in 1..=QUEUE_CAPACITY + 10 {
-            q.push(step(s));
-        }
-        q.push(Report::Event(Event::Checkpoint { path: "c".into() }));
-        q.push(Report::Finished { kind: JobKind::Export, result: Ok(JobOutput::Exported(vec![])) });
-        let mut steps = Vec::new();
-        let (mut warnings, mut checkpoints, mut finished) = (0, 0, 0);
-        while let Some(r) = q.try_pop() {
-            match r {
-                Report::Event(Event::Step { step, .. }) => steps.push(step),
-                Report::Event(Event::Warning(_)) => warnings += 1,
-                Report::Event(Event::Checkpoint { .. }) => checkpoints += 1,
-                Report::Finished { .. } => finished += 1,
-                other => panic!("unexpected {other:?}"),
-            }
-        }
-        assert_eq!((warnings, checkpoints, finished), (1, 1, 1), "no state change is dropped");
-        assert_eq!(steps.len(), QUEUE_CAPACITY - 1, "the queue stays at its capacity");
-        assert_eq!(*steps.last().unwrap(), QUEUE_CAPACITY + 10, "the newest sample is kept");
-        assert!(steps.windows(2).all(|w| w[0] < w[1]), "samples stay in order");
-    }
-
-    #[test]
-    fn a_failing_job_ends_with_its_error_and_the_session_runs_the_next_job() {
-        let session = Session::start(|| {}).unwrap();
-        let dir = tempfile::tempdir().unwrap();
-        // Exporting a run that does not exist is an error, not a panic; the session lives on.
-        let export = || Job::Export {
-            run: dir.path().join("none"),
-            dir: dir.path().join("x"),
-            options: crate::export::ExportOptions::default(),
-        };
-        assert!(session.run(export(), &mut |_| {}).is_err());
-        let again = session.run(export(), &mut |_| {});
-        assert!(again.unwrap_err().to_string().contains("none"));
-        assert!(!session.busy());
-    }
-}
+mod tests;

@@ -1,4 +1,4 @@
-//! vramfit's augmentation kernel (`shaders/augment_rgb8.wgsl`, `src/device_augment.rs`) against
+//! vramfit's augmentation kernel (`shaders/augment_rgb8.wgsl`, `src/kernels/device_augment.rs`) against
 //! the CPU path it replaces on a GPU: the same seeds give the same crops, flips, jitter and
 //! erasing, and the same pixels within 1/255 before normalization.
 
