@@ -7,7 +7,7 @@ use std::fmt::Write as _;
 
 use crate::config::Config;
 use crate::data::dataset::{Dataset, Splits};
-use crate::data::loader::SamplePipeline;
+use crate::data::pipeline::SamplePipeline;
 use crate::engine::error::{Error, Result};
 
 /// The `check-data` report: classes with counts, skipped files grouped by reason, imbalance,

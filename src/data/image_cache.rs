@@ -11,7 +11,7 @@
 //!   bound is reached, new images are no longer written (a run never evicts what it reads).
 //!
 //! An entry's key is the file's absolute path, its size in bytes, its modification time
-//! (nanoseconds) and the geometry ([`SamplePipeline::cache_geometry`](crate::data::loader::SamplePipeline::cache_geometry)):
+//! (nanoseconds) and the geometry ([`SamplePipeline::cache_geometry`](crate::data::pipeline::SamplePipeline::cache_geometry)):
 //! a file that changes, or another `load_size`, misses the cache. The disk file stores the whole
 //! key and is used only when the key matches byte for byte, so a hash collision or a stale file
 //! is a miss, never a wrong image. The cache never fails a run: a file it cannot write (disk

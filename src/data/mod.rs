@@ -1,7 +1,7 @@
 //! The input side: datasets ([`dataset`]: folders, IDX files, files handed over in memory, the
 //! bundled subset), decoding ([`image_io`], [`idx`]), the decoded-image cache ([`image_cache`]),
 //! the preprocess modes ([`preprocess`]), augmentation on the CPU ([`augment`]), batches from
-//! worker threads ([`loader`]), the data report ([`check_data`]) and paths as users type them
+//! worker threads ([`loader`]) from each sample's [`pipeline`], the data report ([`check_data`]) and paths as users type them
 //! ([`user_path`]).
 
 pub mod augment;
@@ -11,5 +11,6 @@ pub mod idx;
 pub mod image_cache;
 pub mod image_io;
 pub mod loader;
+pub mod pipeline;
 pub mod preprocess;
 pub mod user_path;

@@ -6,7 +6,8 @@ use burn::tensor::{Device, Int, Tensor, TensorData};
 
 use crate::config::{ModelConfig, Precision};
 use crate::data::dataset::Dataset;
-use crate::data::loader::{self, Batch, SamplePipeline};
+use crate::data::loader::{self, Batch};
+use crate::data::pipeline::SamplePipeline;
 use crate::engine::error::{Error, Result};
 use crate::model::Classifier;
 

@@ -10,7 +10,7 @@ use serde::Serialize;
 
 use crate::config::Precision;
 use crate::data::image_io;
-use crate::data::loader::SamplePipeline;
+use crate::data::pipeline::SamplePipeline;
 use crate::engine::error::{Error, Result};
 use crate::export::{LoadedModel, ModelMetadata};
 use crate::inference::eval::top_k;

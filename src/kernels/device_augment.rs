@@ -4,7 +4,7 @@
 //!
 //! The random draws stay on the CPU: [`AugmentParams::draw`] draws each image's crop origin,
 //! flip, jitter factors and erasing rectangle from the sample's generator in the order the CPU
-//! path ([`crate::data::loader::SamplePipeline::tensor_from_resized`]) draws them, so a seed gives the
+//! path ([`crate::data::pipeline::SamplePipeline::tensor_from_resized`]) draws them, so a seed gives the
 //! same augmentation on either path. The kernel then does the per-pixel work; a test compares it
 //! with the CPU path image by image (`device_augmentation_matches_the_cpu_path`).
 //!

@@ -7,7 +7,8 @@ use std::sync::Arc;
 use super::store::Store;
 use crate::config::Config;
 use crate::data::dataset::{Dataset, Splits};
-use crate::data::loader::{self, SamplePipeline};
+use crate::data::loader;
+use crate::data::pipeline::SamplePipeline;
 
 /// The data of every epoch: datasets and their pipelines (augmented for training).
 pub(super) struct EpochData {

@@ -6,7 +6,7 @@ use super::*;
 use rand::{Rng, SeedableRng};
 use vramfit::config::AugmentConfig;
 use vramfit::data::augment::EraseRect;
-use vramfit::data::loader::StageTimes;
+use vramfit::data::pipeline::StageTimes;
 use vramfit::kernels::device_augment::{self, AugmentParams, ImageAugment};
 
 /// `n` random 40 x 40 images (what the cache holds at `load_size` 40).

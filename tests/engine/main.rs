@@ -13,7 +13,7 @@ use vramfit::config::Config;
 use vramfit::data::dataset::{self, SampleSource, ScanOptions};
 use vramfit::data::idx;
 use vramfit::data::image_io::{LoadOptions, load_image};
-use vramfit::data::loader::SamplePipeline;
+use vramfit::data::pipeline::SamplePipeline;
 use vramfit::data::preprocess::{PreprocessConfig, PreprocessMode};
 use vramfit::device::{self, CpuBackend, DeviceChoice, SelectedDevice};
 use vramfit::engine::events::{Event, StopSignal};
