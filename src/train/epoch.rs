@@ -17,7 +17,8 @@ use super::store::{METRICS_HEADER, Store, csv_append};
 use crate::data::loader::{self, Batch};
 use crate::engine::error::{Error, Result};
 use crate::engine::events::{Event, EventSink, LiveBudget, StopSignal};
-use crate::memory::{MemoryTracker, human_bytes};
+use crate::memory::human_bytes;
+use crate::memory::probe::MemoryTracker;
 use crate::train::checkpoint;
 use crate::train::run_dir;
 

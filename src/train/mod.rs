@@ -31,7 +31,7 @@ use crate::device::SelectedDevice;
 use crate::engine::error::Result;
 use crate::engine::events::{EventSink, LiveBudget, StopSignal};
 use crate::inference::eval::EvalResult;
-use crate::memory::MemoryTracker;
+use crate::memory::probe::MemoryTracker;
 
 pub mod checkpoint;
 mod epoch;

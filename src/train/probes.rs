@@ -18,7 +18,7 @@ use crate::device::SelectedDevice;
 use crate::engine::error::{Error, Result};
 use crate::engine::events::{Event, EventSink};
 use crate::inference::eval;
-use crate::memory::MemoryTracker;
+use crate::memory::probe::MemoryTracker;
 
 /// Result of [`overfit_check`].
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -165,7 +165,7 @@ pub struct StepMemory {
     /// Samples at the end of each forward pass of the steady steps.
     pub tracker: MemoryTracker,
     /// A probe thread's peaks over the steady steps (backward passes included).
-    pub probe: crate::memory::ProbePeaks,
+    pub probe: crate::memory::probe::ProbePeaks,
     /// Largest bytes reserved a probe read during the first step (the first step at a new shape
     /// autotunes its kernels with buffers of its own; 0 without pools). A lower bound: the probe
     /// reads between the device's operations.
@@ -177,7 +177,7 @@ pub struct StepMemory {
 /// the pools ([`Trainer::step_outside_the_pools`]) with a probe reading its peak reservation, and
 /// the pools' free pages are handed back
 /// ([`burn::tensor::Device::memory_cleanup`], as the training loop does after its first step);
-/// then a [`crate::memory::MemoryProbe`] reads the device from its own thread during the
+/// then a [`crate::memory::probe::MemoryProbe`] reads the device from its own thread during the
 /// steady steps.
 ///
 /// # Errors
@@ -190,12 +190,12 @@ pub fn measure_step_memory(
 ) -> Result<StepMemory> {
     let interval = std::time::Duration::from_millis(1);
     let (mut trainer, batches) = bench_trainer(config, device, num_classes, 1 + steps);
-    let first = crate::memory::MemoryProbe::start(&device.device, interval);
+    let first = crate::memory::probe::MemoryProbe::start(&device.device, interval);
     trainer.step_outside_the_pools(&batches, false, &mut |_e: Event| {})?;
     let first_step_reserved_bytes = first.map_or(0, |p| p.finish().bytes_reserved);
     device.device.memory_cleanup();
     trainer.tracker = MemoryTracker::default();
-    let probe = crate::memory::MemoryProbe::start(&device.device, interval);
+    let probe = crate::memory::probe::MemoryProbe::start(&device.device, interval);
     let mut result = Ok(());
     for _ in 0..steps {
         if let Err(e) = bench_step(&mut trainer, &batches, device.is_gpu()) {
@@ -203,7 +203,7 @@ pub fn measure_step_memory(
             break;
         }
     }
-    let probe = probe.map(crate::memory::MemoryProbe::finish).unwrap_or_default();
+    let probe = probe.map(crate::memory::probe::MemoryProbe::finish).unwrap_or_default();
     result.map(|()| StepMemory { tracker: trainer.tracker, probe, first_step_reserved_bytes })
 }
 

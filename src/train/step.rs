@@ -15,7 +15,7 @@ use crate::device::SelectedDevice;
 use crate::engine::error::{Error, Result};
 use crate::engine::events::{Event, EventSink};
 use crate::inference::eval::batch_tensors;
-use crate::memory::MemoryTracker;
+use crate::memory::probe::MemoryTracker;
 use crate::model::Classifier;
 use crate::train::checkpoint::{self, TrainState};
 use crate::train::precision::LossScaler;
@@ -411,7 +411,7 @@ impl Trainer {
         if self.memory_cap.is_none() {
             return Ok(());
         }
-        match crate::memory::sample(&self.device) {
+        match crate::memory::probe::sample(&self.device) {
             Some((_, reserved)) => self.over_memory_cap(reserved),
             None => Ok(()),
         }
