@@ -39,7 +39,7 @@ fn flex_trains_small_planes_with_the_flat_product_and_large_ones_broadcast() {
     }
     let flex = crate::device::CpuBackend::Flex.device();
     let ndarray = crate::device::CpuBackend::Ndarray.device();
-    let largest = FLAT_PRODUCT_MAX_PLANE;
+    let largest = super::pointwise::FLAT_PRODUCT_MAX_PLANE;
     assert_eq!(pointwise_form(&flex.clone().autodiff(), largest), PointwiseForm::Flat);
     assert_eq!(pointwise_form(&flex.clone().autodiff(), largest + 1), PointwiseForm::Broadcast);
     // Inference on flex keeps the convolution; ndarray takes the broadcast product either way.
