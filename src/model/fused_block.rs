@@ -7,7 +7,7 @@
 //! the next op reads back from memory, and the pointwise convolution goes through burn flex's
 //! general convolution (an input copy before its matrix product). Here one task per sample runs
 //! the whole block while the sample's activations are in cache: the depthwise convolution with
-//! its norm ([`crate::kernels::depthwise_conv::forward_group_norm_gelu_channels`]), the pointwise
+//! its norm ([`crate::kernels::depthwise_conv::cpu::forward_group_norm_gelu_channels`]), the pointwise
 //! convolution as one single-threaded matrix product on the NCHW planes as they lie
 //! (`[C_out, C_in] x [C_in, H'W']`, the `gemm` crate burn flex uses), its norm
 //! ([`crate::kernels::group_norm_gelu::forward_group_in_place`]) and the residual. Measured in the
@@ -28,7 +28,7 @@ use rayon::prelude::*;
 use crate::kernels::cpu_tensor::flex;
 #[cfg(not(target_arch = "wasm32"))]
 use crate::kernels::cpu_tensor::nd;
-use crate::kernels::depthwise_conv::{Geometry, Scratch, forward_group_norm_gelu_channels};
+use crate::kernels::depthwise_conv::cpu::{Geometry, Scratch, forward_group_norm_gelu_channels};
 use crate::kernels::gelu::vector_unit;
 use crate::kernels::group_norm_gelu::{Groups, forward_group_in_place};
 

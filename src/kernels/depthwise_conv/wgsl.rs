@@ -18,8 +18,8 @@
 //!   ends a shader's loops after 65,535 iterations in all, and a whole 2050 x 2050 plane per
 //!   workgroup of 8 threads gave a wrong sum (`grids_past_one_row_of_the_dispatch`).
 //!
-//! `tests/engine/depthwise_conv.rs` compares all three with the CPU kernels ([`super::forward`],
-//! [`super::backward`]) and with burn's `conv2d`.
+//! `tests/engine/depthwise_conv.rs` compares all three with the CPU kernels ([`super::cpu::forward`],
+//! [`super::cpu::backward`]) and with burn's `conv2d`.
 
 use burn::backend::TensorMetadata;
 use burn::backend::ops::FloatTensorOps;
@@ -27,7 +27,7 @@ use burn::backend::wgpu::{CubeBackend, CubeTensor, into_contiguous};
 use burn::tensor::Shape;
 use std::sync::LazyLock;
 
-use super::Geometry;
+use super::cpu::Geometry;
 use crate::kernels::wgsl_kernel::{self, empty_f32, grid_fits, on_software_adapter};
 
 /// Threads per workgroup of the two one-value-per-thread kernels (no barriers).
