@@ -50,7 +50,8 @@ use crate::kernels::cpu_tensor::flex;
 #[cfg(not(target_arch = "wasm32"))]
 use crate::kernels::cpu_tensor::nd;
 use crate::kernels::gelu::runs_on_cpu_backend;
-use crate::kernels::group_norm_gelu::{Groups, cpu_affine_params, group_norm_gelu};
+use crate::kernels::group_norm_gelu::cpu::Groups;
+use crate::kernels::group_norm_gelu::{cpu_affine_params, group_norm_gelu};
 
 pub mod cpu;
 use cpu::{Geometry, backward, forward, forward_group_norm_gelu};

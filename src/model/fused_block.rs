@@ -10,7 +10,7 @@
 //! its norm ([`crate::kernels::depthwise_conv::cpu::forward_group_norm_gelu_channels`]), the pointwise
 //! convolution as one single-threaded matrix product on the NCHW planes as they lie
 //! (`[C_out, C_in] x [C_in, H'W']`, the `gemm` crate burn flex uses), its norm
-//! ([`crate::kernels::group_norm_gelu::forward_group_in_place`]) and the residual. Measured in the
+//! ([`crate::kernels::group_norm_gelu::cpu::forward_group_in_place`]) and the residual. Measured in the
 //! README ("Against PyTorch").
 //!
 //! Training (autodiff devices), GPUs, f16, ReLU, and batches too small to give every thread a
@@ -30,7 +30,7 @@ use crate::kernels::cpu_tensor::flex;
 use crate::kernels::cpu_tensor::nd;
 use crate::kernels::depthwise_conv::cpu::{Geometry, Scratch, forward_group_norm_gelu_channels};
 use crate::kernels::gelu::vector_unit;
-use crate::kernels::group_norm_gelu::{Groups, forward_group_in_place};
+use crate::kernels::group_norm_gelu::cpu::{Groups, forward_group_in_place};
 
 /// The block's parameters as plain f32 slices: `dw_weight` `[C_in, 1, 3, 3]`, `pw_weight`
 /// `[C_out, C_in, 1, 1]`, each norm's `(γ, β)` (`[C_in]`, then `[C_out]`).

@@ -22,7 +22,7 @@ use crate::kernels::cpu_tensor::flex;
 #[cfg(not(target_arch = "wasm32"))]
 use crate::kernels::cpu_tensor::nd;
 use crate::kernels::gelu::vector_unit;
-use crate::kernels::group_norm_gelu::Groups;
+use crate::kernels::group_norm_gelu::cpu::Groups;
 use crate::model::fused_block::product_group_norm_gelu;
 
 /// Sizes of the stem's convolution: `[B, C_in, H, W]` -> `[B, C_out, H', W']`, kernel 3x3,

@@ -6,7 +6,7 @@
 use rayon::prelude::*;
 
 use crate::kernels::gelu::{PORTABLE_FMA, VectorUnit, madd, vector_unit};
-use crate::kernels::group_norm_gelu::{Groups, forward_group_in_place};
+use crate::kernels::group_norm_gelu::cpu::{Groups, forward_group_in_place};
 
 /// Sizes of one convolution and of its phase planes.
 #[derive(Clone, Copy, Debug)]
@@ -87,7 +87,7 @@ pub fn forward(geom: &Geometry, x: &[f32], weight: &[f32]) -> Vec<f32> {
 
 /// `gelu(group_norm(forward(x, weight)))` with `groups` (over the output's dims) and `(γ, β)`:
 /// one task per run of (sample, group)s, each group's planes convolved and then normalized in
-/// place ([`crate::kernels::group_norm_gelu::forward_group_in_place`]) while they are in cache.
+/// place ([`crate::kernels::group_norm_gelu::cpu::forward_group_in_place`]) while they are in cache.
 pub fn forward_group_norm_gelu(
     geom: &Geometry,
     groups: &Groups,

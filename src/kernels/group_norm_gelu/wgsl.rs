@@ -18,7 +18,7 @@ use burn::backend::wgpu::{CubeBackend, CubeTensor, into_contiguous};
 use burn::tensor::Shape;
 use std::sync::LazyLock;
 
-use super::Groups;
+use super::cpu::Groups;
 use crate::kernels::wgsl_kernel::{self, empty_f32, grid_fits, on_software_adapter};
 
 /// Threads per workgroup (`WG` in the WGSL) on a GPU; one workgroup per (sample, group).
