@@ -135,8 +135,9 @@ pub struct RunEnd {
 /// Receiver of engine events.
 pub type EventSink<'a> = &'a mut dyn FnMut(Event);
 
-/// A cloneable stop flag: set it from any thread; the engine stops after the current step,
-/// saving a checkpoint.
+/// A cloneable stop flag: set it from any thread; a training run stops before its next step
+/// (the step under way finishes), saving a checkpoint in a run folder; a stop that falls on an
+/// epoch's last step lets that epoch end (evaluated) first.
 #[derive(Clone, Debug, Default)]
 pub struct StopSignal(Arc<AtomicBool>);
 
