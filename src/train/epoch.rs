@@ -53,16 +53,19 @@ impl Run<'_> {
                 let Some(batch) = batches.next() else { break };
                 step_wait_secs += wait.elapsed().as_secs_f64();
                 batch_index += 1;
-                self.report_batch(&batch, epoch, &mut totals, sink);
                 pending.push(batch);
             }
             if pending.is_empty() {
                 break; // the epoch is over
             }
             if stop.is_set() {
+                // The gathered batches go untrained: a resume reports their skipped files.
                 self.summary.stopped = true;
                 self.save_checkpoint(sink)?;
                 break;
+            }
+            for batch in &pending {
+                self.report_batch(batch, epoch, &mut totals, sink);
             }
             let sample_now = self.device.is_gpu()
                 && (self.config.memory.cap_to_budget
@@ -74,6 +77,8 @@ impl Run<'_> {
             if stats.images == 0 {
                 continue;
             }
+            self.steps_run += 1;
+            totals.stepped_images += stats.images;
             let secs = step_start.elapsed().as_secs_f64();
             self.record_step(&stats, (secs, step_wait_secs), sample_now, &mut totals, sink)?;
             self.after_step(&stats, sample_now, batch_index >= self.n_batches, sink)?;
@@ -137,7 +142,7 @@ impl Run<'_> {
             // autotuner); once a step has trained, a halving's retry stays in them: its buffers
             // would come on top of the pool pages the live tensors of the earlier steps hold,
             // over the cap that halved it.
-            let step = if self.images_trained == 0 && self.device.is_gpu() && !cfg!(target_arch = "wasm32") {
+            let step = if self.steps_run == 0 && self.device.is_gpu() && !cfg!(target_arch = "wasm32") {
                 self.trainer.step_outside_the_pools(pending, sample_now, sink)
             } else {
                 self.trainer.step_async(pending, sample_now, sink).await

@@ -70,6 +70,8 @@ pub(super) struct EpochTotals {
     pub(super) correct: f64,
     /// Images of the applied steps.
     pub(super) images: usize,
+    /// Images of every step that ran, applied or skipped by the f16 loss scaler.
+    pub(super) stepped_images: usize,
     /// Loader batches this invocation trained on (0 for an epoch resumed at its end).
     pub(super) batches: usize,
     pub(super) skipped: usize,

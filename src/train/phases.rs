@@ -42,7 +42,8 @@ pub(super) async fn run(
     let mut run = Run::new(options, device, splits, config);
     let _lock = run.open_store(sink)?;
     sink(run.started_event(splits));
-    if let Some(why) = run.nothing_to_train() {
+    let nothing = run.nothing_to_train();
+    if let Some(why) = &nothing {
         // Nothing to train: leave the run's export as it is.
         sink(Event::Warning(format!("nothing to train: {why}")));
         run.summary.stopped = run.trainer.state.epoch < run.config.train.epochs;
@@ -66,7 +67,7 @@ pub(super) async fn run(
             run.summary.val = Some(run.evaluate(&data).await?);
         }
     }
-    let ended = run.finish(started)?;
+    let ended = run.finish(started, nothing.is_none())?;
     sink(Event::Finished(RunEnd {
         stopped: ended.summary.stopped,
         global_step: ended.summary.global_step,

@@ -52,6 +52,9 @@ pub(super) struct Run<'a> {
     pub(super) trainer: Trainer,
     pub(super) summary: TrainSummary,
     pub(super) images_trained: usize,
+    /// Steps this invocation ran on at least one image (applied or skipped by the loss scaler):
+    /// the first runs outside the pools.
+    pub(super) steps_run: usize,
     /// The next finished step is the first at its micro-batch shape (the run's first step, or
     /// the first after a halving): its autotune pages are handed back after it.
     pub(super) new_shape: bool,
@@ -104,6 +107,7 @@ impl<'a> Run<'a> {
             trainer,
             summary,
             images_trained: 0,
+            steps_run: 0,
             new_shape: true,
             train_secs: 0.0,
             saved_at: None,
@@ -199,7 +203,7 @@ impl<'a> Run<'a> {
         sink: EventSink<'_>,
     ) -> Result<()> {
         let epoch = self.trainer.state.epoch;
-        if totals.batches > 0 && totals.images == 0 {
+        if totals.batches > 0 && totals.stepped_images == 0 {
             return Err(Error::Dataset {
                 path: data.root.clone(),
                 message: format!("epoch {epoch} gave no trainable batch (every image was skipped)"),
@@ -275,9 +279,10 @@ impl<'a> Run<'a> {
         Ok(())
     }
 
-    /// Phase 7: the summary, the export of a run folder that finished, and the model of a run
-    /// kept in memory.
-    pub(super) fn finish(mut self, started: Instant) -> Result<Ended> {
+    /// Phase 7: the summary, the export of a run folder that finished training in this call
+    /// (`trained`: a resumed run with nothing to train keeps its export as it is), and the model
+    /// of a run kept in memory.
+    pub(super) fn finish(mut self, started: Instant, trained: bool) -> Result<Ended> {
         let (micro_batch, grad_accum_steps) = self.micro_batch();
         let summary = &mut self.summary;
         summary.global_step = self.trainer.state.global_step;
@@ -289,7 +294,7 @@ impl<'a> Run<'a> {
         let model = self.trainer.model().valid();
         let model = match self.options.store {
             Store::Folder { out, export, .. } => {
-                if export && !summary.stopped {
+                if export && trained && !summary.stopped {
                     let info = crate::export::TrainingInfo {
                         epochs: summary.epochs_completed,
                         steps: summary.global_step,

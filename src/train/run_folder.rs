@@ -82,9 +82,11 @@ impl Run<'_> {
         }
         // A new loader batch on resume: the epoch continues after the images already trained on.
         let stored = run_dir::load_config(out).ok().map(|(c, _)| c);
+        let mut converted = false;
         if let Some(old) = stored.filter(|c| c.train.batch_size != self.loader_batch) {
             let images_done = state.batches_done_in_epoch * old.train.batch_size;
             state.batches_done_in_epoch = images_done / self.loader_batch;
+            converted = true;
         }
         let dropped = truncate_csv(&out.join(run_dir::METRICS_CSV), |step| step <= state.global_step)?
             + truncate_csv(&out.join(run_dir::EPOCHS_CSV), |epoch| epoch < state.epoch)?;
@@ -96,7 +98,6 @@ impl Run<'_> {
         }
         self.trainer.restore(&dir, state)?;
         let s = &self.trainer.state;
-        self.saved_at = Some((s.epoch, s.global_step, s.batches_done_in_epoch));
         // The schedule covers the steps still to come at the current loader batch (an unchanged
         // one gives exactly the original schedule), and the loss scaler follows the precision
         // the run continues in.
@@ -108,6 +109,13 @@ impl Run<'_> {
         let f16 = self.config.train.precision == Precision::F16;
         if f16 != scaling {
             self.trainer.state.scaler = if f16 { LossScaler::new() } else { LossScaler::disabled() };
+            converted = true;
+        }
+        // The checkpoint on disk is the state as restored unless it was converted (a new loader
+        // batch, another precision's scaler): then a stop before the first step saves anew.
+        if !converted {
+            let s = &self.trainer.state;
+            self.saved_at = Some((s.epoch, s.global_step, s.batches_done_in_epoch));
         }
         self.summary.epochs_completed = self.trainer.state.epoch;
         self.summary.global_step = self.trainer.state.global_step;

@@ -28,7 +28,7 @@ fn c12_extensions_are_case_insensitive() {
 fn c13_empty_classes_and_unicode_names() {
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path().join("dataset");
-    copy_dir(&cases().join("C13/dataset"), &root);
+    copy_tree(&cases().join("C13/dataset"), &root);
     std::fs::create_dir_all(root.join("empty_class")).unwrap();
     let err = scan(&root, false).unwrap_err().to_string();
     assert!(err.contains("empty_class") && err.contains("only_junk"), "{err}");

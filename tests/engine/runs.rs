@@ -243,3 +243,77 @@ fn checkpoint_names(run: &Path) -> Vec<String> {
     names.sort();
     names
 }
+
+/// A small slice of the bundled data: 128 training and 64 validation images.
+fn small_bundled() -> dataset::Splits {
+    let mut splits = bundled();
+    splits.train.samples.truncate(128);
+    splits.val.samples.truncate(64);
+    splits
+}
+
+/// Resuming a run that has done all its epochs trains nothing, says why, and leaves its export
+/// byte for byte as the run wrote it (the one loop once re-exported it, without its accuracy).
+#[test]
+fn resuming_a_finished_run_keeps_its_export() {
+    let cpu = device::select(DeviceChoice::Cpu(CpuBackend::Flex)).unwrap();
+    let splits = small_bundled();
+    let dir = tempfile::tempdir().unwrap();
+    let run = dir.path().join("run");
+    let mut config = quickstart();
+    config.train.epochs = 1;
+    config.train.batch_size = 32;
+    let first =
+        train::train(&TrainRequest::new(config.clone(), &run), &cpu, &splits, &mut |_| {}, &StopSignal::new()).unwrap();
+    let export = first.export_dir.expect("a finished run exports");
+    let before = snapshot_files(&export);
+    assert!(String::from_utf8_lossy(&before[&export.join("model.json")]).contains("val_accuracy"));
+    let mut req = TrainRequest::new(config, &run);
+    req.resume = true;
+    let mut warnings = Vec::new();
+    let again = train::train(
+        &req,
+        &cpu,
+        &splits,
+        &mut |e| {
+            if let Event::Warning(w) = e {
+                warnings.push(w)
+            }
+        },
+        &StopSignal::new(),
+    )
+    .unwrap();
+    assert!(warnings.iter().any(|w| w.starts_with("nothing to train")), "{warnings:?}");
+    assert_eq!((again.global_step, again.epochs_completed, again.stopped), (4, 1, false));
+    assert_eq!(again.export_dir, None, "nothing was exported in this call");
+    assert!(snapshot_files(&export) == before, "the export changed");
+}
+
+/// A resume at another batch size converts the epoch's progress to the new batch; a stop before
+/// its first step writes that converted state, so the checkpoint and the rewritten config.toml
+/// agree and the next resume continues after the images already trained on.
+#[test]
+fn a_stop_right_after_a_resume_at_a_new_batch_size_saves_the_converted_progress() {
+    let cpu = device::select(DeviceChoice::Cpu(CpuBackend::Flex)).unwrap();
+    let splits = small_bundled();
+    let dir = tempfile::tempdir().unwrap();
+    let run = dir.path().join("run");
+    let mut config = quickstart();
+    config.train.epochs = 1;
+    config.train.batch_size = 16;
+    let mut req = TrainRequest::new(config.clone(), &run);
+    req.max_steps = Some(4); // 64 of the epoch's 128 images
+    train::train(&req, &cpu, &splits, &mut |_| {}, &StopSignal::new()).unwrap();
+    assert_eq!(vramfit::train::checkpoint::latest(&run).unwrap().1.batches_done_in_epoch, 4);
+    config.train.batch_size = 32;
+    let mut req = TrainRequest::new(config, &run);
+    req.resume = true;
+    let stop = StopSignal::new();
+    stop.stop();
+    let s = train::train(&req, &cpu, &splits, &mut |_| {}, &stop).unwrap();
+    assert!(s.stopped && s.global_step == 4);
+    let (_, state) = vramfit::train::checkpoint::latest(&run).unwrap();
+    assert_eq!((state.global_step, state.batches_done_in_epoch), (4, 2), "64 images at batch 32");
+    let (stored, _) = vramfit::train::run_dir::load_config(&run).unwrap();
+    assert_eq!(stored.train.batch_size, 32);
+}
