@@ -89,7 +89,6 @@ impl Run<'_> {
             }
         }
         self.summary.skipped += totals.skipped;
-        self.summary.memory = self.trainer.tracker;
         Ok(totals)
     }
 

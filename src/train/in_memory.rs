@@ -21,7 +21,7 @@ use crate::data::dataset::Splits;
 use crate::device::SelectedDevice;
 use crate::engine::error::{Error, Result};
 use crate::engine::events::{EventSink, LiveBudget, RunEnd, StopSignal};
-use crate::export::{ModelMetadata, TrainingInfo};
+use crate::export::ModelMetadata;
 use crate::model::Classifier;
 
 /// What [`train_in_memory`] trains.
@@ -94,21 +94,9 @@ pub async fn train_in_memory(
     };
     let ended = phases::run(options, device, splits, sink, stop).await?;
     let model = ended.model.ok_or_else(|| Error::Crashed("a run kept in memory ended without its model".into()))?;
-    let summary = ended.summary;
-    let training = TrainingInfo {
-        epochs: summary.epochs_completed,
-        steps: summary.global_step,
-        val_accuracy: summary.val.as_ref().map(|r| r.top1),
-        device: device.name.clone(),
-    };
+    let training = ended.summary.training_info(&device.name);
     let metadata = ModelMetadata::new(&ended.config, &ended.classes, model.num_params(), training);
-    let end = RunEnd {
-        stopped: summary.stopped,
-        global_step: summary.global_step,
-        epochs_completed: summary.epochs_completed,
-        export_dir: None,
-        val: summary.val,
-    };
+    let end = ended.summary.run_end();
     Ok(TrainedModel {
         model,
         device: device.device.clone(),

@@ -29,7 +29,8 @@ use crate::config::Config;
 use crate::data::dataset::Splits;
 use crate::device::SelectedDevice;
 use crate::engine::error::Result;
-use crate::engine::events::{EventSink, LiveBudget, StopSignal};
+use crate::engine::events::{EventSink, LiveBudget, RunEnd, StopSignal};
+use crate::export::TrainingInfo;
 use crate::inference::eval::EvalResult;
 use crate::memory::probe::MemoryTracker;
 
@@ -119,6 +120,29 @@ pub struct TrainSummary {
     pub micro_batch: usize,
     /// Accumulation in effect at the end (micro-batches per optimizer step).
     pub grad_accum_steps: usize,
+}
+
+impl TrainSummary {
+    /// How the run ended, as [`crate::engine::events::Event::Finished`] reports it.
+    pub fn run_end(&self) -> RunEnd {
+        RunEnd {
+            stopped: self.stopped,
+            global_step: self.global_step,
+            epochs_completed: self.epochs_completed,
+            export_dir: self.export_dir.clone(),
+            val: self.val.clone(),
+        }
+    }
+
+    /// What an export's `model.json` records of this run, trained on the device named `device`.
+    pub fn training_info(&self, device: &str) -> TrainingInfo {
+        TrainingInfo {
+            epochs: self.epochs_completed,
+            steps: self.global_step,
+            val_accuracy: self.val.as_ref().map(|v| v.top1),
+            device: device.to_string(),
+        }
+    }
 }
 
 /// Trains (or resumes) a run in a run folder, on the calling thread: [`run::run`] with the

@@ -15,7 +15,7 @@ use crate::data::loader;
 use crate::data::pipeline::SamplePipeline;
 use crate::device::SelectedDevice;
 use crate::engine::error::{Error, Result};
-use crate::engine::events::{Event, EventSink, RunEnd, StopSignal};
+use crate::engine::events::{Event, EventSink, StopSignal};
 use crate::memory::{self, human_bytes};
 
 /// Runs the phases of a training run on `device` over `splits`, sending [`Event`]s to `sink`:
@@ -68,13 +68,7 @@ pub(super) async fn run(
         }
     }
     let ended = run.finish(started, nothing.is_none())?;
-    sink(Event::Finished(RunEnd {
-        stopped: ended.summary.stopped,
-        global_step: ended.summary.global_step,
-        epochs_completed: ended.summary.epochs_completed,
-        export_dir: ended.summary.export_dir.clone(),
-        val: ended.summary.val.clone(),
-    }));
+    sink(Event::Finished(ended.summary.run_end()));
     Ok(ended)
 }
 

@@ -245,7 +245,6 @@ impl<'a> Run<'a> {
         state.batches_done_in_epoch = 0;
         self.summary.val = Some(val);
         self.save_checkpoint(sink)?;
-        self.summary.epochs_completed = self.trainer.state.epoch;
         Ok(())
     }
 
@@ -295,12 +294,7 @@ impl<'a> Run<'a> {
         let model = match self.options.store {
             Store::Folder { out, export, .. } => {
                 if export && trained && !summary.stopped {
-                    let info = crate::export::TrainingInfo {
-                        epochs: summary.epochs_completed,
-                        steps: summary.global_step,
-                        val_accuracy: summary.val.as_ref().map(|v| v.top1),
-                        device: self.device.name.clone(),
-                    };
+                    let info = summary.training_info(&self.device.name);
                     let dir = out.join(crate::train::run_dir::EXPORT);
                     crate::export::export(&model, &self.config, &self.classes, &info, &dir)?;
                     summary.export_dir = Some(dir);

@@ -117,8 +117,6 @@ impl Run<'_> {
             let s = &self.trainer.state;
             self.saved_at = Some((s.epoch, s.global_step, s.batches_done_in_epoch));
         }
-        self.summary.epochs_completed = self.trainer.state.epoch;
-        self.summary.global_step = self.trainer.state.global_step;
         Ok(())
     }
 }
