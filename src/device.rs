@@ -189,7 +189,7 @@ impl CpuBackend {
 }
 
 /// What the user asked to run on.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub enum DeviceChoice {
     /// A wgpu adapter: `Some(index)` into [`list_adapters`], `None` for the default.
     Gpu(Option<usize>),

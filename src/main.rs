@@ -2,6 +2,7 @@
 
 fn main() -> std::process::ExitCode {
     keep_freed_memory();
+    private_runtime_dir();
     vramfit::cli::main(vramfit::cli::App { open: vramfit::gui::run, bench_ui: vramfit::gui::bench_ui_report })
 }
 
@@ -30,6 +31,31 @@ fn keep_freed_memory() {
             libc::mallopt(libc::M_MMAP_MAX, 0);
             libc::mallopt(libc::M_TRIM_THRESHOLD, libc::c_int::MAX);
             libc::mallopt(libc::M_TOP_PAD, TOP_PAD_BYTES);
+        }
+    }
+}
+
+/// Gives the process a private runtime directory when `XDG_RUNTIME_DIR` is unset or not a
+/// folder (a container, `sudo`, a service): Mesa's Vulkan drivers otherwise print "error:
+/// XDG_RUNTIME_DIR is invalid or not set in the environment." once per instance they create,
+/// which a user reads as vramfit's error. The folder is `$TMPDIR/vramfit-runtime-<uid>`, mode
+/// 0700 as the XDG spec asks; a worker process inherits it.
+fn private_runtime_dir() {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::{MetadataExt, PermissionsExt};
+        if std::env::var_os("XDG_RUNTIME_DIR").is_some_and(|d| std::path::Path::new(&d).is_dir()) {
+            return;
+        }
+        let uid = std::fs::metadata("/proc/self").map_or(0, |m| m.uid());
+        let dir = std::env::temp_dir().join(format!("vramfit-runtime-{uid}"));
+        let ready = std::fs::create_dir_all(&dir)
+            .and_then(|()| std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)))
+            .is_ok();
+        if ready {
+            // SAFETY: called first thing in main, before any thread exists, so no other thread
+            // can read the environment while it changes.
+            unsafe { std::env::set_var("XDG_RUNTIME_DIR", &dir) };
         }
     }
 }

@@ -87,7 +87,7 @@
 use serde::Serialize;
 
 use crate::config::{Config, Precision};
-use crate::model::{LayerKind, layer_plan, param_count};
+use crate::model::{LayerKind, LayerShape, layer_plan, param_count};
 
 /// Page size of cubecl's pool for allocations up to 64 KiB (kernel metadata, scalars, small
 /// tensors): one page of it is always reserved.
@@ -318,21 +318,8 @@ pub fn estimate_for_pools(
     let precision = config.train.precision;
     let fused = fused_group_norm_gelu && config.model.activation == crate::config::Activation::Gelu;
     let (per_elem, per_residual_elem) = saved_bytes_per_elem(precision, config.train.checkpointing, fused);
-    let stages = config.model.stages.len() + 2;
-    let mut activations_per_stage = vec![0u64; stages];
-    let mut largest_out = 0u64;
-    for layer in &plan {
-        let elems = layer.out_elems() as u64;
-        largest_out = largest_out.max(elems);
-        let bytes = match layer.kind {
-            LayerKind::Head => b * (layer.in_channels as u64 + 3 * layer.out_channels as u64) * 4,
-            _ => {
-                let residual = if layer.residual { elems as f64 * per_residual_elem } else { 0.0 };
-                (b as f64 * (elems as f64 * per_elem + residual)) as u64
-            }
-        };
-        activations_per_stage[layer.stage] += bytes;
-    }
+    let (activations_per_stage, largest_out) =
+        activations_per_stage(&plan, config.model.stages.len() + 2, b, per_elem, per_residual_elem);
     let input_batch = b * 3 * (px * px) as u64 * 4;
     let parameters = 4 * p;
     let accumulation_buffer = if config.train.grad_accum_steps > 1 { 4 * p } else { 0 };
@@ -357,18 +344,8 @@ pub fn estimate_for_pools(
     let peak_in_use = in_use_after_forward + (gradients - accumulation_buffer) + workspace;
     let activation_bytes = if precision == Precision::F16 { 2 } else { 4 };
     let page_size = page_size((activation_bytes * b * largest_out).max(input_batch));
-    let slack_pages = pool_slack_pages(precision, config.train.checkpointing);
-    let mut slack = (slack_pages * page_size as f64) as u64;
-    if !config.train.checkpointing {
-        slack = slack.min(max_slack_without_checkpointing(page_size));
-    }
-    let (allocator_overhead, slack_pages) = match pools {
-        PoolLayout::Adaptive => (SMALL_POOL_PAGE + slack, slack_pages),
-        PoolLayout::ExclusivePages { max_page_size } => {
-            let factor = exclusive_pages_factor(max_page_size, config.train.checkpointing);
-            ((peak_in_use as f64 * (factor - 1.0)) as u64, 0.0)
-        }
-    };
+    let (allocator_overhead, slack_pages) =
+        allocator_overhead(pools, page_size, peak_in_use, precision, config.train.checkpointing);
     MemoryEstimate {
         in_use_after_forward,
         parameters,
@@ -384,6 +361,61 @@ pub fn estimate_for_pools(
         peak_in_use,
         total: peak_in_use + allocator_overhead,
         largest_tensor,
+    }
+}
+
+/// The bytes each stage keeps for the backward pass (`stages` entries: stem, the stages, the
+/// head) for a micro-batch of `b`, at `per_elem` bytes per output element (and
+/// `per_residual_elem` more for a residual block's input), the head's logits and their softmax
+/// in f32; and the largest layer output in elements for one image.
+fn activations_per_stage(
+    plan: &[LayerShape],
+    stages: usize,
+    b: u64,
+    per_elem: f64,
+    per_residual_elem: f64,
+) -> (Vec<u64>, u64) {
+    let mut per_stage = vec![0u64; stages];
+    let mut largest_out = 0u64;
+    for layer in plan {
+        let elems = layer.out_elems() as u64;
+        largest_out = largest_out.max(elems);
+        let bytes = match layer.kind {
+            LayerKind::Head => b * (layer.in_channels as u64 + 3 * layer.out_channels as u64) * 4,
+            _ => {
+                let residual = if layer.residual { elems as f64 * per_residual_elem } else { 0.0 };
+                (b as f64 * (elems as f64 * per_elem + residual)) as u64
+            }
+        };
+        per_stage[layer.stage] += bytes;
+    }
+    (per_stage, largest_out)
+}
+
+/// The pools' reservation beyond the bytes in use, and the slack pages it counts: under the
+/// adaptive layout (native wgpu) one small-pool page plus [`pool_slack_pages`] pages of
+/// `page_size` (capped without checkpointing, [`max_slack_without_checkpointing`]); under
+/// exclusive pages (a browser) a share of `peak_in_use` ([`exclusive_pages_factor`]).
+fn allocator_overhead(
+    pools: PoolLayout,
+    page_size: u64,
+    peak_in_use: u64,
+    precision: Precision,
+    checkpointing: bool,
+) -> (u64, f64) {
+    match pools {
+        PoolLayout::Adaptive => {
+            let slack_pages = pool_slack_pages(precision, checkpointing);
+            let mut slack = (slack_pages * page_size as f64) as u64;
+            if !checkpointing {
+                slack = slack.min(max_slack_without_checkpointing(page_size));
+            }
+            (SMALL_POOL_PAGE + slack, slack_pages)
+        }
+        PoolLayout::ExclusivePages { max_page_size } => {
+            let factor = exclusive_pages_factor(max_page_size, checkpointing);
+            ((peak_in_use as f64 * (factor - 1.0)) as u64, 0.0)
+        }
     }
 }
 

@@ -21,7 +21,7 @@ use burn::tensor::Device;
 use wasm_bindgen::prelude::*;
 
 use crate::config::{Config, Precision};
-use crate::data::dataset;
+use crate::data::dataset::{self, SampleSource};
 use crate::data::image_io::ImageFault;
 use crate::device::{AdapterInfo, SelectedDevice};
 use crate::engine::error::Error;
@@ -217,7 +217,8 @@ pub async fn predict(bytes: Vec<u8>, name: String, k: u32) -> Result<String, JsV
     let predictor =
         PREDICTOR.with(|p| p.borrow().clone()).ok_or_else(|| js_error("nothing to predict with yet: train first"))?;
     let path = Path::new(&name);
-    let image = predictor.decode_image(&bytes, path).map_err(js_error)?;
+    let image =
+        predictor.decode(&SampleSource::Encoded { path: path.into(), bytes: bytes.into() }).map_err(js_error)?;
     // The file is named: a preprocess failure is this image's fault (as `vramfit predict` says).
     let named = |e: Error| match e {
         Error::Preprocess(m) => js_error(Error::Image { path: path.into(), fault: ImageFault::Unusable(m) }),
@@ -355,7 +356,7 @@ pub fn app_choose_folder() -> Result<(), JsValue> {
 /// Rejects when the app has not started; the app shows "train first" when there is no model.
 #[wasm_bindgen]
 pub fn app_predict(name: String, bytes: Vec<u8>) -> Result<(), JsValue> {
-    let image = crate::engine::session::ImageInput { path: name.into(), bytes: Some(bytes) };
+    let image = SampleSource::Encoded { path: name.into(), bytes: bytes.into() };
     with_app(|app| app.apply(crate::gui::Command::PredictImages(vec![image])))
 }
 

@@ -65,11 +65,11 @@ fn time_uploads(
         Some(batch) if !batch.is_empty() => {
             let images = batch.len();
             // An untimed first upload: the device's first transfer sets up its staging buffers.
-            let (x, labels) = crate::inference::eval::batch_tensors(batch.clone(), &device.device);
+            let (x, labels) = batch.clone().into_tensors(&device.device);
             device.device.sync().map_err(|e| Error::device(&e))?;
             drop((x, labels));
             let t = Instant::now();
-            let (x, labels) = crate::inference::eval::batch_tensors(batch, &device.device);
+            let (x, labels) = batch.into_tensors(&device.device);
             device.device.sync().map_err(|e| Error::device(&e))?;
             drop((x, labels));
             1000.0 * t.elapsed().as_secs_f64() / images as f64
@@ -88,7 +88,7 @@ fn time_uploads(
 /// kernel compiled by a first, untimed launch), synchronized; `None` when the loader did not
 /// pack the batch (an empty batch, or one the kernel refuses).
 fn time_device_augment(
-    batch: Option<loader::Batch>,
+    batch: Option<crate::data::batch::Batch>,
     config: &Config,
     device: &burn::tensor::Device,
 ) -> Result<Option<f64>> {
@@ -148,25 +148,7 @@ pub fn measure(
     cache_dir: &Path,
 ) -> Result<LoaderBenchRow> {
     let pipe = SamplePipeline::from_config(config, true);
-    let mut rng = rand::rngs::SmallRng::seed_from_u64(1);
-    let mut times = StageTimes::default();
-    let mut full_decode_resize = 0.0;
-    for sample in &dataset.samples {
-        let resized = pipe.resized(&sample.source, &mut times)?;
-        pipe.tensor_from_resized(&resized, &mut rng, &mut times)?;
-        let t = Instant::now();
-        pipe.preprocess.resize_stage(&pipe.decode(&sample.source)?)?;
-        full_decode_resize += t.elapsed().as_secs_f64();
-    }
-    let n = dataset.samples.len().max(1) as f64;
-    let full_decode_resize_ms = 1000.0 * full_decode_resize / n;
-    let per_image_ms = |s: f64| 1000.0 * s / n;
-    let ms_per_image = StageTimes {
-        decode: per_image_ms(times.decode),
-        resize: per_image_ms(times.resize),
-        augment: per_image_ms(times.augment),
-        normalize: per_image_ms(times.normalize),
-    };
+    let (ms_per_image, full_decode_resize_ms) = stage_times(&dataset, &pipe)?;
     let dataset = Arc::new(dataset);
     let pipe = Arc::new(pipe);
     // Small batches, so that every worker measured gets batches to build (workers take whole
@@ -183,23 +165,8 @@ pub fn measure(
         let images: usize = loader::batches(dataset.clone(), pipe.clone(), pass.clone(), w, 4).map(|b| b.len()).sum();
         images_per_sec.push((w, images as f64 / t.elapsed().as_secs_f64().max(1e-9)));
     }
-    let cached_images_per_sec = {
-        let w = workers.iter().copied().max().unwrap_or(1);
-        let pass_rate = |pipe: SamplePipeline| {
-            let t = Instant::now();
-            let images: usize =
-                loader::batches(dataset.clone(), Arc::new(pipe), pass.clone(), w, 4).map(|b| b.len()).sum();
-            images as f64 / t.elapsed().as_secs_f64().max(1e-9)
-        };
-        let dir = cache_dir.to_path_buf();
-        let unbounded = 1u64 << 40;
-        let cache = Arc::new(ImageCache::new(unbounded, unbounded, Some(dir.clone())));
-        let with_cache = pipe.as_ref().clone().with_cache(Some(cache.clone()));
-        let first = pass_rate(with_cache.clone());
-        let second = pass_rate(with_cache);
-        let disk_only = Arc::new(ImageCache::new(0, unbounded, Some(dir)));
-        [first, second, pass_rate(pipe.as_ref().clone().with_cache(Some(disk_only)))]
-    };
+    let w = workers.iter().copied().max().unwrap_or(1);
+    let cached_images_per_sec = cached_passes(&dataset, &pipe, &pass, w, cache_dir);
     let p = &config.data.preprocess;
     let mode = match p.mode {
         PreprocessMode::None => "none".to_string(),
@@ -215,6 +182,59 @@ pub fn measure(
         full_decode_resize_ms,
         cached_images_per_sec,
     })
+}
+
+/// Milliseconds per image in each stage of `pipe` on one thread over `dataset` (decoded at
+/// the reduced size the geometry needs), and of a full-size decode and resize for comparison.
+///
+/// # Errors
+/// As [`SamplePipeline::resized`].
+fn stage_times(dataset: &Dataset, pipe: &SamplePipeline) -> Result<(StageTimes, f64)> {
+    let mut rng = rand::rngs::SmallRng::seed_from_u64(1);
+    let mut times = StageTimes::default();
+    let mut full_decode_resize = 0.0;
+    for sample in &dataset.samples {
+        let resized = pipe.resized(&sample.source, &mut times)?;
+        pipe.tensor_from_resized(&resized, &mut rng, &mut times)?;
+        let t = Instant::now();
+        pipe.preprocess.resize_stage(&pipe.decode(&sample.source)?)?;
+        full_decode_resize += t.elapsed().as_secs_f64();
+    }
+    let n = dataset.samples.len().max(1) as f64;
+    let per_image_ms = |s: f64| 1000.0 * s / n;
+    let ms_per_image = StageTimes {
+        decode: per_image_ms(times.decode),
+        resize: per_image_ms(times.resize),
+        augment: per_image_ms(times.augment),
+        normalize: per_image_ms(times.normalize),
+    };
+    Ok((ms_per_image, per_image_ms(full_decode_resize)))
+}
+
+/// Loader throughput (images/s, `workers` threads) through a decoded-image cache in
+/// `cache_dir`: the first pass (filling it), the second (from RAM) and a pass from its disk
+/// copy alone.
+fn cached_passes(
+    dataset: &Arc<Dataset>,
+    pipe: &SamplePipeline,
+    pass: &loader::Pass,
+    workers: usize,
+    cache_dir: &Path,
+) -> [f64; 3] {
+    let pass_rate = |pipe: SamplePipeline| {
+        let t = Instant::now();
+        let images: usize =
+            loader::batches(dataset.clone(), Arc::new(pipe), pass.clone(), workers, 4).map(|b| b.len()).sum();
+        images as f64 / t.elapsed().as_secs_f64().max(1e-9)
+    };
+    let dir = cache_dir.to_path_buf();
+    let unbounded = 1u64 << 40;
+    let cache = Arc::new(ImageCache::new(unbounded, unbounded, Some(dir.clone())));
+    let with_cache = pipe.clone().with_cache(Some(cache));
+    let first = pass_rate(with_cache.clone());
+    let second = pass_rate(with_cache);
+    let disk_only = Arc::new(ImageCache::new(0, unbounded, Some(dir)));
+    [first, second, pass_rate(pipe.clone().with_cache(Some(disk_only)))]
 }
 
 /// A dataset of `paths`, all labelled 0 (the loader needs no classes).

@@ -80,7 +80,7 @@ fn infer_rate(config: &Config, device: &SelectedDevice, repeats: usize) -> Resul
     let batch = crate::train::synthetic_batch(config, BENCH_CLASSES);
     let n = batch.len();
     let run = || -> Result<()> {
-        let (x, _) = crate::inference::eval::batch_tensors(batch.clone(), &device.device);
+        let (x, _) = batch.clone().into_tensors(&device.device);
         model.forward(x, Precision::F32).try_into_data().map_err(|e| crate::Error::device(&e))?;
         Ok(())
     };
@@ -101,7 +101,7 @@ pub fn latency_224_ms(device: &SelectedDevice, repeats: usize) -> Result<f64> {
     let mut times = Vec::new();
     for i in 0..repeats + 1 {
         let start = Instant::now();
-        let (x, _) = crate::inference::eval::batch_tensors(batch.clone(), &device.device);
+        let (x, _) = batch.clone().into_tensors(&device.device);
         model.forward(x, Precision::F32).try_into_data().map_err(|e| crate::Error::device(&e))?;
         if i > 0 {
             times.push(start.elapsed().as_secs_f64() * 1e3);

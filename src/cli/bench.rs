@@ -144,7 +144,7 @@ pub fn bench(args: BenchArgs, app: super::App) -> anyhow::Result<ExitCode> {
             serde_json::to_string_pretty(&rows)?
         }
         "loader" => {
-            let device = select_device(&args.device)?;
+            let device = select_device(args.device.choice())?;
             if args.train_steps > 0 {
                 anyhow::ensure!(
                     crate::kernels::device_augment::runs_wgsl(&device.device),
@@ -248,7 +248,7 @@ fn memory_cell_in_child(
     };
     let mut cmd = std::process::Command::new(exe);
     cmd.args(["bench", "memory", "--config", config_name, "--cell", &cell.to_arg(), "--steps", &steps.to_string()]);
-    cmd.args(crate::engine::worker::device_args(args.device.choice()));
+    cmd.args(super::device_flags(args.device.choice()));
     match cmd.stderr(std::process::Stdio::piped()).output() {
         Ok(out) if out.status.success() => {
             match String::from_utf8_lossy(&out.stdout).lines().rev().find_map(|l| serde_json::from_str(l).ok()) {
@@ -280,7 +280,7 @@ fn bench_memory(args: &BenchArgs) -> anyhow::Result<Option<String>> {
     let steps = args.steps.clamp(1, 3);
     if let Some(cell) = &args.cell {
         let cell = crate::bench::memory::MemoryCell::parse(cell)?;
-        let device = select_device(&args.device)?;
+        let device = select_device(args.device.choice())?;
         let row = crate::bench::memory::measure_cell(&base, &device, &cell, steps);
         println!("{}", serde_json::to_string(&row)?);
         return Ok(None);
@@ -297,9 +297,9 @@ fn bench_memory(args: &BenchArgs) -> anyhow::Result<Option<String>> {
                 row
             })
             .collect::<Vec<_>>();
-        (rows, format!("{} (each cell in a fresh process)", select_device(&args.device)?.name))
+        (rows, format!("{} (each cell in a fresh process)", select_device(args.device.choice())?.name))
     } else {
-        let device = select_device(&args.device)?;
+        let device = select_device(args.device.choice())?;
         let rows = crate::bench::memory::bench_memory(&base, &device, &grid, steps, &mut |line| eprintln!("{line}"));
         (rows, device.name)
     };

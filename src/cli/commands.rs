@@ -10,7 +10,7 @@ use clap::Args;
 use super::{ConfigArgs, DeviceArgs};
 use crate::config::Config;
 use crate::data::dataset::{self, ScanOptions, Splits};
-use crate::device::{self, SelectedDevice};
+use crate::device::{self, DeviceChoice, SelectedDevice};
 use crate::engine::session::{Job, JobOutput, Session};
 use crate::memory::{self, human_bytes};
 use crate::model::{self, LayerKind};
@@ -38,8 +38,8 @@ pub(super) fn open_data(data: Option<&PathBuf>, config: &Config, allow_empty: bo
     Ok(splits)
 }
 
-pub(super) fn select_device(args: &DeviceArgs) -> anyhow::Result<SelectedDevice> {
-    let d = device::select(args.choice())?;
+pub(super) fn select_device(choice: DeviceChoice) -> anyhow::Result<SelectedDevice> {
+    let d = device::select(choice)?;
     if let Some(note) = &d.note {
         eprintln!("note: {note}");
     }
@@ -72,7 +72,7 @@ pub struct EvalArgs {
 }
 
 pub fn eval(args: EvalArgs) -> anyhow::Result<ExitCode> {
-    let device = select_device(&args.device)?;
+    let device = select_device(args.device.choice())?;
     let config = crate::export::load_metadata(&args.model)?.inference_config();
     let splits = open_data(args.data.as_ref(), &config, args.allow_empty_classes)?;
     let data = if args.train_split { splits.train } else { splits.val };
@@ -142,7 +142,7 @@ pub struct PredictArgs {
 pub fn predict(args: PredictArgs) -> anyhow::Result<ExitCode> {
     // Selected here for its note (e.g. no adapter: the CPU); the session's job reuses the device.
     let choice = args.device.choice();
-    select_device(&args.device)?;
+    select_device(args.device.choice())?;
     let files = crate::inference::predict::expand_inputs(&args.inputs);
     if files.is_empty() {
         bail!("no image files in {:?}", args.inputs);
@@ -359,7 +359,7 @@ pub fn export(args: ExportArgs) -> anyhow::Result<ExitCode> {
     for note in crate::train::run_dir::load_config(&args.run).map(|(_, notes)| notes).unwrap_or_default() {
         eprintln!("note: {note}");
     }
-    if let Ok(latest) = crate::train::checkpoint::find_latest(&args.run) {
+    if let Ok(latest) = crate::train::checkpoint::find_latest_weights(&args.run) {
         for reason in &latest.damaged {
             eprintln!("warning: passed over a damaged checkpoint: {reason}");
         }
@@ -435,6 +435,10 @@ pub struct CheckDataArgs {
 pub fn check_data(args: CheckDataArgs) -> anyhow::Result<ExitCode> {
     let config = args.config.load()?;
     let report = crate::data::check_data::report(&args.path, &config, args.allow_empty_classes)?;
-    print!("{report}");
+    print!("{}", report.text);
+    if report.stops > 0 {
+        eprintln!("error: training on this dataset would stop ({} problem(s) above); fix them first", report.stops);
+        return Ok(ExitCode::FAILURE);
+    }
     Ok(ExitCode::SUCCESS)
 }

@@ -11,7 +11,8 @@ use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
-use crate::config::Config;
+use crate::config::{Config, Precision};
+use crate::data::preprocess::PreprocessMode;
 use crate::device::{CpuBackend, DeviceChoice};
 
 pub use crate::config::presets::{PRESETS, load_config};
@@ -72,14 +73,14 @@ pub struct ConfigArgs {
     #[arg(long)]
     pub lr: Option<f64>,
     /// Override train.precision (f32 or f16).
-    #[arg(long)]
-    pub precision: Option<String>,
+    #[arg(long, value_parser = parse_precision)]
+    pub precision: Option<Precision>,
     /// Override train.checkpointing.
     #[arg(long)]
     pub checkpointing: Option<bool>,
     /// Override data.preprocess.mode.
-    #[arg(long)]
-    pub preprocess: Option<String>,
+    #[arg(long, value_parser = parse_preprocess)]
+    pub preprocess: Option<PreprocessMode>,
     /// Override data.preprocess.load_size (pixels).
     #[arg(long)]
     pub load_size: Option<usize>,
@@ -87,8 +88,8 @@ pub struct ConfigArgs {
     #[arg(long)]
     pub crop_size: Option<usize>,
     /// Override memory.memory_budget_bytes (bytes, or with a unit: 6GiB, 512MiB).
-    #[arg(long)]
-    pub budget: Option<String>,
+    #[arg(long, value_parser = parse_budget)]
+    pub budget: Option<u64>,
 }
 
 impl ConfigArgs {
@@ -98,40 +99,57 @@ impl ConfigArgs {
     /// [`crate::Error::Config`] naming the file or key.
     pub fn load(&self) -> crate::Result<Config> {
         let mut config = load_config(&self.config)?;
-        config.set_all(&self.overrides()?)?;
+        self.apply_to(&mut config)?;
         Ok(config)
     }
 
-    /// Every override given, flags first then `--set`, as `KEY=VALUE` for [`Config::set`].
+    /// Applies the overrides to `config`: the flags to their fields, then each `--set KEY=VALUE`
+    /// ([`Config::set_all`]), validated once at the end so overrides that only agree together
+    /// (`--load-size` and `--crop-size` both shrunk) are accepted.
     ///
     /// # Errors
-    /// [`crate::Error::Config`] for a `--budget` that is not a size.
-    pub fn overrides(&self) -> crate::Result<Vec<String>> {
-        let mut sets: Vec<String> = Vec::new();
-        let mut push = |k: &str, v: Option<String>| {
-            if let Some(v) = v {
-                sets.push(format!("{k}={v}"));
-            }
-        };
-        push("train.epochs", self.epochs.map(|v| v.to_string()));
-        push("train.batch_size", self.batch_size.map(|v| v.to_string()));
-        push("train.grad_accum_steps", self.grad_accum_steps.map(|v| v.to_string()));
-        push("optimizer.lr", self.lr.map(|v| format!("{v:e}")));
-        push("train.precision", self.precision.as_ref().map(|v| format!("\"{v}\"")));
-        push("train.checkpointing", self.checkpointing.map(|v| v.to_string()));
-        push("data.preprocess.mode", self.preprocess.as_ref().map(|v| format!("\"{v}\"")));
-        push("data.preprocess.load_size", self.load_size.map(|v| v.to_string()));
-        push("data.preprocess.crop_size", self.crop_size.map(|v| v.to_string()));
-        if let Some(b) = &self.budget {
-            let bytes = parse_bytes(b).ok_or_else(|| crate::Error::Config {
-                source_name: format!("--budget {b}"),
-                message: "expected bytes or a size with a unit, e.g. 6GiB, 512MiB, 8GB".into(),
-            })?;
-            sets.push(format!("memory.memory_budget_bytes={bytes}"));
+    /// [`crate::Error::Config`] naming the flags when a value is out of range, or the `--set`
+    /// key that does not exist; `config` is unchanged on error.
+    pub fn apply_to(&self, config: &mut Config) -> crate::Result<()> {
+        let mut next = config.clone();
+        let train = &mut next.train;
+        train.epochs = self.epochs.unwrap_or(train.epochs);
+        train.batch_size = self.batch_size.unwrap_or(train.batch_size);
+        train.grad_accum_steps = self.grad_accum_steps.unwrap_or(train.grad_accum_steps);
+        train.precision = self.precision.unwrap_or(train.precision);
+        train.checkpointing = self.checkpointing.unwrap_or(train.checkpointing);
+        next.optimizer.lr = self.lr.unwrap_or(next.optimizer.lr);
+        let preprocess = &mut next.data.preprocess;
+        preprocess.mode = self.preprocess.unwrap_or(preprocess.mode);
+        preprocess.load_size = self.load_size.unwrap_or(preprocess.load_size);
+        preprocess.crop_size = self.crop_size.unwrap_or(preprocess.crop_size);
+        next.memory.memory_budget_bytes = self.budget.unwrap_or(next.memory.memory_budget_bytes);
+        if self.set.is_empty() {
+            next.validate("the command line's flags")?;
+        } else {
+            next.set_all(&self.set)?;
         }
-        sets.extend(self.set.iter().cloned());
-        Ok(sets)
+        *config = next;
+        Ok(())
     }
+}
+
+/// `--precision`: a [`Precision`] by its config name.
+fn parse_precision(s: &str) -> Result<Precision, String> {
+    Precision::ALL.into_iter().find(|p| p.name() == s).ok_or_else(|| "expected f32 or f16".to_string())
+}
+
+/// `--preprocess`: a [`PreprocessMode`] by its config name.
+fn parse_preprocess(s: &str) -> Result<PreprocessMode, String> {
+    PreprocessMode::ALL.into_iter().find(|m| m.name() == s).ok_or_else(|| {
+        let names: Vec<&str> = PreprocessMode::ALL.iter().map(|m| m.name()).collect();
+        format!("expected one of {}", names.join(", "))
+    })
+}
+
+/// `--budget`: bytes, or a size with a unit ([`parse_bytes`]).
+fn parse_budget(s: &str) -> Result<u64, String> {
+    parse_bytes(s).ok_or_else(|| "expected bytes or a size with a unit, e.g. 6GiB, 512MiB, 8GB".to_string())
 }
 
 /// `6GiB`, `512MiB`, `8GB`, `1000000` -> bytes.
@@ -274,6 +292,24 @@ fn install_panic_hook() {
     }));
 }
 
+/// The command-line flags that select `choice` in a child `vramfit` process
+/// (`--device gpu [--adapter N]` or `--device cpu --cpu-backend flex|ndarray`).
+pub fn device_flags(choice: DeviceChoice) -> Vec<String> {
+    match choice {
+        DeviceChoice::Gpu(adapter) => {
+            let mut args = vec!["--device".to_string(), "gpu".to_string()];
+            if let Some(i) = adapter {
+                args.extend(["--adapter".to_string(), i.to_string()]);
+            }
+            args
+        }
+        DeviceChoice::Cpu(backend) => {
+            let name = backend.name();
+            vec!["--device".into(), "cpu".into(), "--cpu-backend".into(), name.into()]
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -286,19 +322,41 @@ mod tests {
         assert_eq!(parse_bytes("12x"), None);
     }
 
+    /// Just the config flags, as a command line gives them.
+    #[derive(Parser)]
+    struct ConfigFlags {
+        #[command(flatten)]
+        config: ConfigArgs,
+    }
+
+    fn config_from(flags: &[&str]) -> crate::Result<Config> {
+        let args = ConfigFlags::try_parse_from(std::iter::once("vramfit").chain(flags.iter().copied())).unwrap();
+        args.config.load()
+    }
+
     #[test]
-    fn flags_override_the_preset() {
-        let args = ConfigArgs {
-            config: "quickstart".into(),
-            epochs: Some(3),
-            crop_size: Some(24),
-            budget: Some("1GiB".into()),
-            ..Default::default()
-        };
-        let c = args.load().unwrap();
-        assert_eq!(c.train.epochs, 3);
-        assert_eq!(c.data.preprocess.crop_size, 24);
-        assert_eq!(c.memory.memory_budget_bytes, 1 << 30);
+    fn flags_override_the_preset_as_typed_values_and_set_keys_after_them() {
+        let c = config_from(&[
+            "--epochs=3",
+            "--crop-size=24",
+            "--budget=1GiB",
+            "--precision=f16",
+            "--preprocess=crop",
+            "--set=train.grad_accum_steps=2",
+            "--lr=0.25",
+        ])
+        .unwrap();
+        assert_eq!((c.train.epochs, c.train.grad_accum_steps, c.optimizer.lr), (3, 2, 0.25));
+        assert_eq!((c.data.preprocess.crop_size, c.data.preprocess.mode), (24, PreprocessMode::Crop));
+        assert_eq!((c.memory.memory_budget_bytes, c.train.precision), (1 << 30, Precision::F16));
+        // Flags that only agree together are validated together, in any order.
+        let c = config_from(&["--crop-size=40", "--set=data.preprocess.load_size=40"]).unwrap();
+        assert_eq!((c.data.preprocess.load_size, c.data.preprocess.crop_size), (40, 40));
+        let err = config_from(&["--batch-size=0"]).unwrap_err().to_string();
+        assert!(err.contains("batch_size"), "{err}");
+        for bad in ["--precision=bf16", "--preprocess=zoom", "--budget=12x"] {
+            assert!(ConfigFlags::try_parse_from(["vramfit", bad]).is_err(), "{bad} was accepted");
+        }
     }
 
     #[test]

@@ -38,27 +38,10 @@ impl Renderer {
     /// Renders one event.
     pub fn handle(&mut self, event: &Event, epochs: &mut usize) {
         match event {
-            Event::Started {
-                device,
-                out_dir,
-                start_epoch,
-                epochs: e,
-                steps_per_epoch,
-                samples,
-                predicted_peak_bytes,
-                micro_batch: (batch, accum),
-                augment_on_device,
-            } => {
+            Event::Started { start_epoch, epochs: e, steps_per_epoch, .. } => {
                 *epochs = *e;
                 self.steps_per_epoch = *steps_per_epoch;
-                let augment = if *augment_on_device { "on the device" } else { "on the CPU" };
-                eprintln!(
-                    "training on {device}: {} train / {} val images, {steps_per_epoch} steps per epoch of micro-batch {batch} x {accum}, augmentation {augment}, predicted peak {}, run folder {}",
-                    samples.0,
-                    samples.1,
-                    human_bytes(*predicted_peak_bytes),
-                    out_dir.display()
-                );
+                eprintln!("{}", started_line(event));
                 self.new_bar(*start_epoch, *e);
             }
             Event::Step { step, epoch, loss, accuracy, lr, images_per_sec, .. } => {
@@ -84,22 +67,8 @@ impl Renderer {
                 }
             }
             Event::Checkpoint { path } => tracing::info!("checkpoint {}", path.display()),
-            Event::Warning(w) => {
-                self.warnings += 1;
-                if self.warnings <= 20 {
-                    self.println(format!("warning: {w}"));
-                } else if self.warnings == 21 {
-                    self.println("warning: more warnings follow; see the epoch summaries".into());
-                }
-            }
-            Event::SampleSkipped { source, reason } => {
-                self.warnings += 1;
-                if self.warnings <= 20 {
-                    self.println(format!("warning: skipped {source}: {reason}"));
-                } else if self.warnings == 21 {
-                    self.println("warning: more warnings follow; see the epoch summaries".into());
-                }
-            }
+            Event::Warning(w) => self.warn(w),
+            Event::SampleSkipped { source, reason } => self.warn(&format!("skipped {source}: {reason}")),
             Event::Info(s) => self.println(s.clone()),
             Event::Finished(_) => {} // the command prints its own summary
             Event::BatchAdapted { micro_batch, grad_accum_steps, reason } => {
@@ -107,6 +76,16 @@ impl Renderer {
                     "memory: micro-batch now {micro_batch} x {grad_accum_steps} accumulation steps ({reason})"
                 ));
             }
+        }
+    }
+
+    /// Prints a warning; after the 20th, one line says more follow and the rest are counted only.
+    fn warn(&mut self, text: &str) {
+        self.warnings += 1;
+        if self.warnings <= 20 {
+            self.println(format!("warning: {text}"));
+        } else if self.warnings == 21 {
+            self.println("warning: more warnings follow; see the epoch summaries".into());
         }
     }
 
@@ -118,20 +97,37 @@ impl Renderer {
     }
 }
 
+/// The line printed when a run starts (empty for other events).
+fn started_line(event: &Event) -> String {
+    let Event::Started {
+        device,
+        out_dir,
+        steps_per_epoch,
+        samples,
+        predicted_peak_bytes,
+        micro_batch: (batch, accum),
+        augment_on_device,
+        ..
+    } = event
+    else {
+        return String::new();
+    };
+    let augment = if *augment_on_device { "on the device" } else { "on the CPU" };
+    format!(
+        "training on {device}: {} train / {} val images, {steps_per_epoch} steps per epoch of micro-batch {batch} x {accum}, augmentation {augment}, predicted peak {}, run folder {}",
+        samples.0,
+        samples.1,
+        human_bytes(*predicted_peak_bytes),
+        out_dir.display()
+    )
+}
+
 /// The line printed at the end of an epoch (empty for other events).
 fn epoch_line(event: &Event) -> String {
-    let Event::EpochEnd { epoch, train_loss, train_accuracy, val_loss, val_accuracy, secs, skipped, data_wait_secs } =
-        event
+    let (Some(metrics), Event::EpochEnd { secs, skipped, data_wait_secs, .. }) = (event.epoch_metrics_line(), event)
     else {
         return String::new();
     };
     let skipped = if *skipped > 0 { format!(", {skipped} files skipped") } else { String::new() };
-    format!(
-        "epoch {}: train loss {} acc {} | val loss {} acc {} | {secs:.1} s ({data_wait_secs:.1} s waiting for data){skipped}",
-        epoch + 1,
-        crate::inference::eval::loss_or_na(train_loss.unwrap_or(f32::NAN)),
-        crate::inference::eval::percent_or_na(train_accuracy.unwrap_or(f32::NAN)),
-        crate::inference::eval::loss_or_na(*val_loss),
-        crate::inference::eval::percent_or_na(*val_accuracy)
-    )
+    format!("{metrics} | {secs:.1} s ({data_wait_secs:.1} s waiting for data){skipped}")
 }

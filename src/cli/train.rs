@@ -9,12 +9,12 @@ use anyhow::{Context, bail};
 use clap::Args;
 
 use super::commands::{open_data, select_device};
-use super::render::Renderer;
 use super::{ConfigArgs, DeviceArgs};
 use crate::config::Config;
 use crate::data::dataset;
 use crate::device::SelectedDevice;
 use crate::engine::session::{Job, JobOutput, Session};
+use crate::engine::worker::TrainingSpec;
 use crate::memory::human_bytes;
 use crate::train::run_dir::DATA_NOTE;
 use crate::train::{self, TrainRequest};
@@ -43,7 +43,7 @@ pub struct TrainArgs {
     #[arg(long)]
     overfit_check: bool,
     /// Stop at this global optimizer step, counted over the whole run (a checkpoint is written; --resume continues).
-    #[arg(long)]
+    #[arg(long, value_parser = parse_max_steps)]
     max_steps: Option<usize>,
     /// Skip class folders without images (with a warning) instead of failing.
     #[arg(long)]
@@ -53,9 +53,9 @@ pub struct TrainArgs {
     worker: bool,
 }
 
-/// Runs `job` on an engine [`Session`], rendering its events here (or, in a worker, passing
-/// them to the parent); Ctrl-C stops it cleanly.
-fn run_engine(worker: bool, job: Job) -> anyhow::Result<JobOutput> {
+/// Runs `job` on an engine [`Session`] in the worker process, its events passed to the parent;
+/// Ctrl-C and the parent's `stop` stop it cleanly.
+fn run_engine(job: Job) -> anyhow::Result<JobOutput> {
     let session = Session::start(|| {})?;
     let handler_stop = session.stop_signal();
     let _ = ctrlc::set_handler(move || {
@@ -68,20 +68,11 @@ fn run_engine(worker: bool, job: Job) -> anyhow::Result<JobOutput> {
     // Submitted before the parent's lines are read, so a `stop` or `budget` that was sent early
     // is applied after the job's reset, never overwritten by it.
     session.submit(job)?;
-    if worker {
-        super::worker::obey_parent(session.stop_signal(), Some(session.budget()));
-    }
-    let mut renderer = Renderer::default();
-    let mut epochs = 0;
+    super::worker::obey_parent(session.stop_signal(), Some(session.budget()));
     let result = session.wait(&mut |event| {
-        if worker {
-            super::worker::inject_fault(&event);
-            super::worker::emit(&event);
-        } else {
-            renderer.handle(&event, &mut epochs);
-        }
+        super::worker::inject_fault(&event);
+        super::worker::emit(&event);
     });
-    renderer.finish();
     match result {
         Err(crate::Error::Crashed(msg)) => {
             bail!("the engine crashed ({msg}); the last checkpoint is intact: rerun with --resume --out <run folder>")
@@ -90,42 +81,66 @@ fn run_engine(worker: bool, job: Job) -> anyhow::Result<JobOutput> {
     }
 }
 
-/// `vramfit train`.
+/// `vramfit train`: the run resolved here (the config with its overrides, the run folder), then
+/// trained in a worker process (see [`super::worker`]), or, in that worker, the job it reads.
 ///
 /// # Errors
 /// Bad arguments, an unusable config or dataset, a run folder that already holds a run, or the
 /// engine's error.
 pub fn train(args: TrainArgs) -> anyhow::Result<ExitCode> {
+    if args.worker {
+        return run_job(super::worker::read_job()?);
+    }
     if args.resume && args.out.is_none() {
         bail!("--resume continues a run: name its folder with --out (e.g. --resume --out runs/2026-11-30_15-42-07)");
     }
     let out = args.out.clone().unwrap_or_else(super::default_run_dir);
-    if !args.worker {
-        // The engine trains in a child process, so a driver crash cannot take this one down.
-        let gpu = args.device.device != super::DeviceFlag::Cpu;
-        return super::worker::train_in_child(&out, args.out.is_some(), gpu);
-    }
     let config = if args.resume { resumed_config(&args, &out)? } else { new_run_config(&args, &out)? };
-    let device = select_device(&args.device)?;
-    let data = data_folder(&args, &out)?;
-    let splits = open_data(data.as_ref(), &config, args.allow_empty_classes)?;
-    eprintln!("data: {}", splits.description);
-    if args.overfit_check {
-        return overfit_check(config, device, splits.train, args.worker);
-    }
-    let mut req = TrainRequest::new(config, &out);
-    req.resume = args.resume;
-    req.auto_fit = args.auto_fit;
-    req.max_steps = args.max_steps;
-    let job = Job::Train { request: Box::new(req), splits, device: device.clone() };
-    let JobOutput::Trained(summary) = run_engine(args.worker, job)? else {
-        bail!("the engine returned another job's output")
+    let spec = TrainingSpec {
+        data_dir: args.data.clone(),
+        resume: args.resume,
+        max_steps: args.max_steps,
+        auto_fit: args.auto_fit,
+        allow_empty_classes: args.allow_empty_classes,
+        overfit_check: args.overfit_check,
+        ..TrainingSpec::new(config, args.device.choice(), out)
     };
+    // The engine trains in a child process, so a driver crash cannot take this one down.
+    super::worker::train_in_child(spec)
+}
+
+/// `--max-steps`: a whole number of at least 1 (0 would train nothing and still write a run).
+fn parse_max_steps(s: &str) -> Result<usize, String> {
+    match s.parse::<usize>() {
+        Ok(0) => Err("0 steps would train nothing: give at least 1, or leave --max-steps out".into()),
+        Ok(n) => Ok(n),
+        Err(e) => Err(format!("expected a whole number of steps ({e})")),
+    }
+}
+
+/// The worker's side of `vramfit train`: runs `spec` on an engine session, its events to the
+/// parent.
+fn run_job(spec: TrainingSpec) -> anyhow::Result<ExitCode> {
+    let device = select_device(spec.device)?;
+    let data = data_folder(&spec)?;
+    let splits = open_data(data.as_ref(), &spec.config, spec.allow_empty_classes)?;
+    eprintln!("data: {}", splits.description);
+    if spec.overfit_check {
+        return overfit_check(spec.config, device, splits.train);
+    }
+    let out = spec.out_dir.clone();
+    let mut req = TrainRequest::new(spec.config, &out);
+    req.resume = spec.resume;
+    req.auto_fit = spec.auto_fit;
+    req.max_steps = spec.max_steps;
+    let job = Job::Train { request: Box::new(req), splits, device: device.clone() };
+    let JobOutput::Trained(summary) = run_engine(job)? else { bail!("the engine returned another job's output") };
     print_summary(&summary, &device, &out);
     Ok(ExitCode::SUCCESS)
 }
 
-/// The config of the run in `out`, with the command line's overrides that may change on resume.
+/// The config of the run in `out`, with the command line's overrides (the run refuses those
+/// that may not change on resume, [`Config::changes_on_resume`], and announces the others).
 fn resumed_config(args: &TrainArgs, out: &Path) -> anyhow::Result<Config> {
     let (mut config, notes) = crate::train::run_dir::load_config(out)
         .with_context(|| format!("--resume needs the run folder given with --out ({})", out.display()))?;
@@ -139,9 +154,7 @@ fn resumed_config(args: &TrainArgs, out: &Path) -> anyhow::Result<Config> {
             args.config.config
         );
     }
-    for change in config.apply_on_resume(&args.config.overrides()?)? {
-        eprintln!("resume: {change} (applied)");
-    }
+    args.config.apply_to(&mut config)?;
     Ok(config)
 }
 
@@ -151,35 +164,29 @@ fn new_run_config(args: &TrainArgs, out: &Path) -> anyhow::Result<Config> {
     Ok(args.config.load()?)
 }
 
-/// The dataset folder: `--data`, or on resume the one the run folder remembers (`data.txt`);
+/// The dataset folder: the spec's, or on resume the one the run folder remembers (`data.txt`);
 /// `None` is the bundled subset. A new run writes its folder into `data.txt`, so `--resume`
 /// needs only `--out`.
-fn data_folder(args: &TrainArgs, out: &Path) -> anyhow::Result<Option<PathBuf>> {
+fn data_folder(spec: &TrainingSpec) -> anyhow::Result<Option<PathBuf>> {
+    let out = &spec.out_dir;
     let data_note = out.join(DATA_NOTE);
-    let data = match (&args.data, args.resume) {
+    let data = match (&spec.data_dir, spec.resume) {
         (Some(d), _) => Some(d.clone()),
         (None, true) => std::fs::read_to_string(&data_note).ok().map(|s| PathBuf::from(s.trim_end())),
         (None, false) => None,
     };
-    if !args.resume && !args.overfit_check {
+    if !spec.resume && !spec.overfit_check {
         let path = data.clone().map_or_else(dataset::bundled_dataset_dir, |d| d.canonicalize().unwrap_or(d));
-        std::fs::create_dir_all(out).with_context(|| format!("cannot create the run folder {}", out.display()))?;
+        crate::train::run_dir::create(out, &path)?;
         crate::atomic_file::write_atomic(&data_note, format!("{}\n", path.display()).as_bytes())?;
     }
     Ok(data)
 }
 
 /// `--overfit-check`: up to 200 steps on 64 images; PASS when they are memorized (>= 98%).
-fn overfit_check(
-    config: Config,
-    device: SelectedDevice,
-    train_ds: dataset::Dataset,
-    worker: bool,
-) -> anyhow::Result<ExitCode> {
+fn overfit_check(config: Config, device: SelectedDevice, train_ds: dataset::Dataset) -> anyhow::Result<ExitCode> {
     let job = Job::OverfitCheck { config: Box::new(config), train: train_ds, device: device.clone(), steps: 200 };
-    let JobOutput::OverfitChecked(result) = run_engine(worker, job)? else {
-        bail!("the engine returned another job's output")
-    };
+    let JobOutput::OverfitChecked(result) = run_engine(job)? else { bail!("the engine returned another job's output") };
     println!(
         "overfit check on {}: {} after {} steps, accuracy on the 64 images {:.1}% (needs 98%)",
         device.name,

@@ -1,25 +1,34 @@
-//! `vramfit train` runs its engine in a child process: the same binary with the same arguments
-//! plus the hidden `--worker` flag ([`crate::engine::worker`] has the protocol and the parent's
-//! side). This file is the child's side, and the CLI as a parent: it renders the child's events
-//! and prints its crash report. Ctrl-C reaches both processes; the child stops after its step
-//! with a checkpoint and the parent waits for it. Fault injection for tests: [`crate::fault`].
+//! `vramfit train` runs its engine in a child process: the same binary as `vramfit train
+//! --worker`, which reads its job from its stdin ([`crate::engine::worker`] has the protocol and
+//! the parent's loop). This file is the child's side, and the CLI as a parent: it renders the
+//! child's events and prints its crash report. Ctrl-C reaches both processes; the child stops
+//! after its step with a checkpoint and the parent waits for it. Fault injection for tests:
+//! [`crate::fault`].
 
-use std::ffi::OsString;
 use std::io::{BufRead, Write};
-use std::path::Path;
 use std::process::ExitCode;
 
 use anyhow::Context;
 
 use super::render::Renderer;
 use crate::engine::events::{Event, LiveBudget, StopSignal};
-use crate::engine::worker::{End, Output, WorkerProcess};
+use crate::engine::worker::{End, Output, TrainingSpec, WorkerJob, WorkerLaunch, supervise_with};
 
 /// Child side: writes one event line to stdout (flushed, so the parent sees it at once).
 pub fn emit(event: &Event) {
     let mut out = std::io::stdout().lock();
     let _ = writeln!(out, "{}", crate::engine::worker::event_line(event));
     let _ = out.flush();
+}
+
+/// Child side: the job, the parent's first line on stdin.
+///
+/// # Errors
+/// When stdin cannot be read or its first line is not a job.
+pub fn read_job() -> anyhow::Result<TrainingSpec> {
+    let mut line = String::new();
+    std::io::stdin().lock().read_line(&mut line).context("cannot read the job from the parent process")?;
+    Ok(TrainingSpec::from_job_line(&line)?)
 }
 
 /// Child side: obeys the parent's lines on stdin: `stop` stops the run (after its step, with a
@@ -50,33 +59,26 @@ pub fn inject_fault(event: &Event) {
     }
 }
 
-/// Parent side: runs `vramfit train` (these arguments, `--out` resolved to `out`) in a child
-/// process, renders its events, and reports a crash. Returns the exit code to use.
+/// Parent side: runs `spec` in a worker process (this executable), renders its events, passes
+/// its other lines through, and reports a crash. Returns the exit code to use: the child's when
+/// it explained an error (or was interrupted), failure after a crash.
 ///
 /// # Errors
-/// When the child cannot be started.
-pub fn train_in_child(out: &Path, out_given: bool, gpu: bool) -> anyhow::Result<ExitCode> {
-    let exe = std::env::current_exe().context("cannot find the vramfit executable to start the training process")?;
-    let mut args: Vec<OsString> = std::env::args_os().skip(1).collect();
-    if !out_given {
-        args.extend(["--out".into(), out.as_os_str().to_owned()]);
-    }
-    args.push("--worker".into());
+/// When the child cannot be started or is lost.
+pub fn train_in_child(spec: TrainingSpec) -> anyhow::Result<ExitCode> {
     // Ctrl-C is for the child (it stops with a checkpoint); the parent waits for it.
     let _ = ctrlc::set_handler(|| {});
-    let (tx, rx) = std::sync::mpsc::channel();
-    let mut child =
-        WorkerProcess::spawn(&exe, &args, &[], out, gpu, tx, || {}).context("cannot start the training process")?;
+    let budget = LiveBudget::new(spec.config.memory.memory_budget_bytes);
+    let job = WorkerJob { spec, launch: WorkerLaunch::default() };
     let (mut renderer, mut epochs) = (Renderer::default(), 0);
-    for item in rx {
-        match item {
-            Output::Event(event) => renderer.handle(&event, &mut epochs),
-            Output::Stdout(line) => println!("{line}"),
-            Output::Stderr(line) => eprintln!("{line}"),
-        }
-    }
+    let mut on_output = |item| match item {
+        Output::Event(event) => renderer.handle(&event, &mut epochs),
+        Output::Stdout(line) => println!("{line}"),
+        Output::Stderr(line) => eprintln!("{line}"),
+    };
+    let end = supervise_with(&job, &mut on_output, &StopSignal::default(), &budget);
     renderer.finish();
-    match child.wait().context("lost the training process")? {
+    match end? {
         End::Done => Ok(ExitCode::SUCCESS),
         // An error the child explained, or a second Ctrl-C: the user's choice.
         End::Explained { code, .. } => Ok(ExitCode::from(code as u8)),

@@ -12,6 +12,7 @@ use std::path::Path;
 use crate::data::preprocess::PreprocessConfig;
 use crate::engine::error::{Error, Result};
 
+mod resume;
 mod validate;
 
 /// A complete run configuration (one `configs/*.toml` file).
@@ -198,6 +199,9 @@ pub enum Precision {
 }
 
 impl Precision {
+    /// Both precisions.
+    pub const ALL: [Precision; 2] = [Precision::F32, Precision::F16];
+
     /// The config value: `f32` or `f16`.
     pub fn name(self) -> &'static str {
         match self {
@@ -364,59 +368,6 @@ impl Config {
     /// This config as TOML text (what `configs/*.toml` hold).
     pub fn to_toml(&self) -> String {
         toml::to_string_pretty(self).unwrap_or_else(|e| format!("# cannot serialize config: {e}\n"))
-    }
-
-    /// Keys a resumed run cannot change: they change the network, or what it sees, so its
-    /// checkpoint no longer fits or its metrics stop being comparable.
-    pub const FROZEN_ON_RESUME: [&'static str; 7] =
-        ["model", "data.preprocess", "data.mean", "data.std", "data.alpha", "data.val_fraction", "seed"];
-
-    /// Applies command-line overrides (`KEY=VALUE`, as [`Self::set`]) to a run's stored config
-    /// when it resumes. Returns one line per key whose value changed, `key: old -> new`.
-    ///
-    /// `train.epochs` extends or shortens the run: the warmup + cosine schedule is recomputed for
-    /// the new length from the resume step on. Batch size, accumulation, budget, precision,
-    /// learning rate and the other training keys apply from the next step.
-    ///
-    /// # Errors
-    /// [`Error::Config`] naming a key of [`Self::FROZEN_ON_RESUME`] whose value would change, or
-    /// a bad override.
-    pub fn apply_on_resume(&mut self, overrides: &[String]) -> Result<Vec<String>> {
-        let mut changes = Vec::new();
-        for assignment in overrides {
-            let key = assignment.split_once('=').map_or(assignment.as_str(), |(k, _)| k).trim().to_string();
-            let before = self.value_at(&key);
-            let mut next = self.clone();
-            next.set(assignment)?;
-            let after = next.value_at(&key);
-            if before == after {
-                continue;
-            }
-            // Compared by value, so setting a whole table (`--set data={...}`) is caught too.
-            if let Some(frozen) = Self::FROZEN_ON_RESUME.iter().find(|f| self.value_at(f) != next.value_at(f)) {
-                return Err(Error::Config {
-                    source_name: format!("--resume with {assignment}"),
-                    message: format!(
-                        "{frozen} cannot change on resume (the run was trained with {}): it changes the network or \
-                         what it sees; start a new run with another --out",
-                        self.value_at(frozen).unwrap_or_default()
-                    ),
-                });
-            }
-            changes.push(format!("{key}: {} -> {}", before.unwrap_or_default(), after.unwrap_or_default()));
-            *self = next;
-        }
-        Ok(changes)
-    }
-
-    /// The value of a dotted key as TOML text (`None` when the key does not exist).
-    fn value_at(&self, key: &str) -> Option<String> {
-        let root = toml::Value::try_from(self).ok()?;
-        let mut node = &root;
-        for part in key.split('.') {
-            node = node.get(part)?;
-        }
-        Some(node.to_string())
     }
 
     /// Applies one `key=value` override such as `train.batch_size=32` or

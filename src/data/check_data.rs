@@ -10,12 +10,22 @@ use crate::data::dataset::{Dataset, Splits};
 use crate::data::pipeline::SamplePipeline;
 use crate::engine::error::{Error, Result};
 
+/// The `check-data` report ([`report`]).
+#[derive(Clone, Debug, PartialEq)]
+pub struct DataReport {
+    /// The report's lines.
+    pub text: String,
+    /// How many of them say training would stop (each a `training would stop: ...` line).
+    pub stops: usize,
+}
+
 /// The `check-data` report: classes with counts, skipped files grouped by reason, imbalance,
-/// size spread and what the preprocess mode makes of the smallest and largest images.
+/// size spread, what would stop training, and what the preprocess mode makes of the smallest
+/// and largest images.
 ///
 /// # Errors
 /// [`crate::Error::Dataset`] when the folder cannot be used at all.
-pub fn report(path: &std::path::Path, config: &Config, allow_empty: bool) -> Result<String> {
+pub fn report(path: &std::path::Path, config: &Config, allow_empty: bool) -> Result<DataReport> {
     let opts = crate::data::dataset::ScanOptions {
         val_fraction: config.data.val_fraction,
         seed: config.seed,
@@ -24,27 +34,25 @@ pub fn report(path: &std::path::Path, config: &Config, allow_empty: bool) -> Res
     let (splits, refusals) = crate::data::dataset::survey(path, &opts)?;
     let pipe = SamplePipeline::from_config(config, false);
     let mut s = format!("dataset {}\n", splits.description);
-    for refusal in &refusals {
-        let _ = writeln!(s, "training would stop: {refusal}");
-    }
+    let mut stops = Vec::new();
+    stops.extend(refusals);
     let mut all = splits.train.clone();
     all.samples.extend(splits.val.samples.iter().cloned());
     write_classes(&mut s, &splits, &all);
     let decoded = DecodeSurvey::of(&all, &pipe);
     decoded.write_skips(&mut s);
     write_findings(&mut s, &splits, &decoded.flat);
-    if let Some(e) = splits.refusal(|source| pipe.decode(source).is_ok()) {
-        let _ = writeln!(s, "training would stop: {e}");
-    }
-    if let Err(e) = crate::data::loader::check_sizes_agree(&all, &config.data.preprocess) {
-        let _ = writeln!(s, "training would stop: {e}");
+    stops.extend(splits.refusal(|source| pipe.decode(source).is_ok()).map(|e| e.to_string()));
+    stops.extend(crate::data::loader::check_sizes_agree(&all, &config.data.preprocess).err().map(|e| e.to_string()));
+    for stop in &stops {
+        let _ = writeln!(s, "training would stop: {stop}");
     }
     decoded.write_extremes(&mut s, config);
     write_cache(&mut s, &all, &pipe, config);
     if let Some(kb) = crate::bench::peak_rss_kb() {
         let _ = writeln!(s, "peak resident memory: {:.1} MB", kb as f64 / 1024.0);
     }
-    Ok(s)
+    Ok(DataReport { text: s, stops: stops.len() })
 }
 
 /// The decoded-image cache: where it is, its size against its bounds, and how many of the

@@ -28,6 +28,36 @@ use folder::scan_folder_inner;
 pub use folder::{image_files, scan_folder};
 pub use in_memory::from_files;
 
+/// The file vramfit writes into every run folder it creates, so no scan takes a run folder for
+/// data (its `checkpoints/` and `export/` would look like class folders with no images).
+pub const RUN_MARKER: &str = ".vramfit-run";
+
+/// Whether `dir` is a vramfit run folder: it holds [`RUN_MARKER`], or the manifest (`run.json`)
+/// or lock file (`.vramfit.lock`) that run folders made before the marker hold.
+pub fn is_run_folder(dir: &Path) -> bool {
+    [RUN_MARKER, "run.json", ".vramfit.lock"].iter().any(|f| dir.join(f).is_file())
+}
+
+/// Whether `dir` is a run folder, or a folder of run folders and nothing else (`runs/`).
+pub(super) fn holds_only_runs(dir: &Path) -> bool {
+    if is_run_folder(dir) {
+        return true;
+    }
+    let Ok(entries) = std::fs::read_dir(dir) else { return false };
+    let mut any = false;
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        if is_junk(&name.to_string_lossy()) {
+            continue;
+        }
+        if !is_run_folder(&entry.path()) {
+            return false;
+        }
+        any = true;
+    }
+    any
+}
+
 /// File extensions taken as images (compared lower-cased).
 pub const IMAGE_EXTENSIONS: [&str; 8] = ["jpg", "jpeg", "png", "bmp", "webp", "gif", "tif", "tiff"];
 
@@ -36,7 +66,7 @@ pub const FASHION_MNIST_CLASSES: [&str; 10] =
     ["T-shirt/top", "Trouser", "Pullover", "Dress", "Coat", "Sandal", "Shirt", "Sneaker", "Bag", "Ankle boot"];
 
 /// Where one sample's pixels come from.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq)]
 pub enum SampleSource {
     /// An encoded image file.
     File(PathBuf),
@@ -126,11 +156,13 @@ pub struct ScanReport {
     pub symlink_loops: Vec<PathBuf>,
     /// Images directly in the dataset root next to class folders: in no class, so not used.
     pub stray_root_images: Vec<PathBuf>,
+    /// vramfit run folders (or folders of them) inside the dataset: output, not data, skipped.
+    pub run_folders: Vec<PathBuf>,
 }
 
 impl ScanReport {
-    /// One warning line per finding that changes what trains: stray root images and symlinks
-    /// not followed (hidden files and other extensions are only counted).
+    /// One warning line per finding that changes what trains: stray root images, run folders
+    /// skipped and symlinks not followed (hidden files and other extensions are only counted).
     pub fn warnings(&self) -> Vec<String> {
         let stray = self.stray_root_images.iter().map(|p| {
             format!(
@@ -138,13 +170,17 @@ impl ScanReport {
                 p.display()
             )
         });
+        let runs = self
+            .run_folders
+            .iter()
+            .map(|p| format!("{} is a vramfit run folder (output, not data): skipped by the scan", p.display()));
         let loops = self.symlink_loops.iter().map(|p| {
             format!(
                 "{} is a symbolic link back into the dataset (an ancestor or another class): not followed",
                 p.display()
             )
         });
-        stray.chain(loops).collect()
+        stray.chain(runs).chain(loops).collect()
     }
 }
 

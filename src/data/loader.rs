@@ -13,100 +13,11 @@ use image::RgbImage;
 use rand::SeedableRng;
 use rand::rngs::SmallRng;
 
+use crate::data::batch::{Batch, PackedImages};
 use crate::data::dataset::{Dataset, SampleSource};
 use crate::data::pipeline::{SamplePipeline, StageTimes, in_source};
 use crate::data::preprocess::PreprocessConfig;
 use crate::kernels::device_augment::{self, AugmentParams, ImageAugment};
-
-/// One batch on the host.
-#[derive(Clone, Debug, Default)]
-pub struct Batch {
-    /// `[batch, 3, height, width]` normalized pixels, row-major.
-    pub images: Vec<f32>,
-    /// `[batch]` class indices.
-    pub labels: Vec<i64>,
-    /// Height in pixels.
-    pub height: usize,
-    /// Width in pixels.
-    pub width: usize,
-    /// Samples skipped while building this batch: (source, reason).
-    pub skipped: Vec<(String, String)>,
-    /// Samples that decoded to one flat colour (trained on, but worth a warning): sources.
-    pub flat: Vec<String>,
-    /// The batch as 8-bit crops for the device's augmentation kernel
-    /// ([`SamplePipeline::on_device`]); `images` is then empty and the training step augments
-    /// and normalizes on the device ([`crate::kernels::device_augment`]).
-    pub packed: Option<PackedImages>,
-}
-
-/// A batch's crops (each the batch's `height` x `width`) before augmentation and normalization,
-/// as [`crate::kernels::device_augment::augment_batch`] takes them.
-#[derive(Clone, Debug, PartialEq)]
-pub struct PackedImages {
-    /// `[batch, height, width]` pixels packed by [`crate::kernels::device_augment::pack_rgb8`].
-    pub pixels: Vec<u32>,
-    /// Each image's flip, jitter and erasing (crop origin 0: the loader cut the crop), drawn on
-    /// the CPU from the sample's generator as the CPU path draws them.
-    pub augments: Vec<ImageAugment>,
-}
-
-impl PackedImages {
-    /// The kernel's parameters for these crops of `hw` `(height, width)`, normalized with `mean`
-    /// and `std`.
-    ///
-    /// # Errors
-    /// As [`AugmentParams::new`].
-    pub fn params(&self, hw: (usize, usize), mean: [f32; 3], std: [f32; 3]) -> crate::Result<AugmentParams> {
-        AugmentParams::new(&self.augments, hw, hw, mean, std)
-    }
-}
-
-impl Batch {
-    /// Splits a host batch into `factor` nearly equal pieces (fewer if the batch is smaller).
-    pub fn split(&self, factor: usize) -> Vec<Batch> {
-        let n = self.len();
-        if n == 0 {
-            // Every file of the batch failed to decode: nothing to run (an empty tensor would crash
-            // GroupNorm). The step counts no images and the loop moves on.
-            return vec![];
-        }
-        if factor <= 1 || n <= 1 {
-            return vec![Batch { skipped: vec![], flat: vec![], ..self.clone() }];
-        }
-        let per = n.div_ceil(factor.min(n));
-        let elems = 3 * self.height * self.width;
-        (0..n)
-            .step_by(per)
-            .map(|start| {
-                let end = (start + per).min(n);
-                let plane = self.height * self.width;
-                let packed = self.packed.as_ref().map(|p| PackedImages {
-                    pixels: p.pixels[start * plane..end * plane].to_vec(),
-                    augments: p.augments[start..end].to_vec(),
-                });
-                Batch {
-                    images: if packed.is_some() { vec![] } else { self.images[start * elems..end * elems].to_vec() },
-                    labels: self.labels[start..end].to_vec(),
-                    height: self.height,
-                    width: self.width,
-                    skipped: vec![],
-                    flat: vec![],
-                    packed,
-                }
-            })
-            .collect()
-    }
-
-    /// Number of images.
-    pub fn len(&self) -> usize {
-        self.labels.len()
-    }
-
-    /// True when every sample was skipped.
-    pub fn is_empty(&self) -> bool {
-        self.labels.is_empty()
-    }
-}
 
 /// Builds batch `b` of `order` (indices into `dataset`): each sample decoded (or read from the
 /// cache), resized and cropped, then augmented and normalized here, or (the pipeline runs

@@ -1,10 +1,11 @@
 //! The input side: datasets ([`dataset`]: folders, IDX files, files handed over in memory, the
 //! bundled subset), decoding ([`image_io`], [`idx`]), the decoded-image cache ([`image_cache`]),
-//! the preprocess modes ([`preprocess`]), augmentation on the CPU ([`augment`]), batches from
-//! worker threads ([`loader`]) from each sample's [`pipeline`], the data report ([`check_data`]) and paths as users type them
+//! the preprocess modes ([`preprocess`]), augmentation on the CPU ([`augment`]), host batches
+//! and their upload ([`batch`]) from worker threads ([`loader`]) from each sample's [`pipeline`], the data report ([`check_data`]) and paths as users type them
 //! ([`user_path`]).
 
 pub mod augment;
+pub mod batch;
 pub mod check_data;
 pub mod dataset;
 pub mod idx;

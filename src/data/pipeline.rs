@@ -116,14 +116,7 @@ impl SamplePipeline {
     pub fn resized(&self, source: &SampleSource, times: &mut StageTimes) -> crate::Result<Arc<RgbImage>> {
         let mut make = || -> crate::Result<RgbImage> {
             let t = Instant::now();
-            let img = match source {
-                SampleSource::File(path) => image_io::load_image_scaled(path, &self.load, self.decode_min_side())?,
-                SampleSource::Encoded { path, bytes } => {
-                    image_io::decode_image_scaled(bytes, &self.load, self.decode_min_side())
-                        .map_err(|fault| crate::Error::Image { path: path.clone(), fault })?
-                }
-                SampleSource::Idx { .. } => self.decode(source)?,
-            };
+            let img = self.decode_scaled(source)?;
             times.decode += t.elapsed().as_secs_f64();
             let t = Instant::now();
             let resized = self.preprocess.resize_stage(&img).map_err(|e| in_source(source, e));
@@ -152,6 +145,22 @@ impl SamplePipeline {
                     image::Rgb([v, v, v])
                 }))
             }
+        }
+    }
+
+    /// Decodes `source` to RGB at the smallest size the geometry needs ([`Self::decode_min_side`]:
+    /// a large JPEG at a reduced DCT scale): what training and prediction feed the network.
+    ///
+    /// # Errors
+    /// [`crate::Error::Image`] naming the file, with the typed [`image_io::ImageFault`].
+    pub fn decode_scaled(&self, source: &SampleSource) -> crate::Result<RgbImage> {
+        match source {
+            SampleSource::File(path) => image_io::load_image_scaled(path, &self.load, self.decode_min_side()),
+            SampleSource::Encoded { path, bytes } => {
+                image_io::decode_image_scaled(bytes, &self.load, self.decode_min_side())
+                    .map_err(|fault| crate::Error::Image { path: path.clone(), fault })
+            }
+            SampleSource::Idx { .. } => self.decode(source),
         }
     }
 

@@ -135,6 +135,26 @@ pub struct RunEnd {
 /// Receiver of engine events.
 pub type EventSink<'a> = &'a mut dyn FnMut(Event);
 
+impl Event {
+    /// An epoch's metrics in words, `epoch N: train loss L acc A | val loss L acc A` ("n/a"
+    /// where nothing was measured); `None` for other events. The CLI and the app's log add
+    /// their own timings.
+    pub fn epoch_metrics_line(&self) -> Option<String> {
+        use crate::inference::eval::{loss_or_na, percent_or_na};
+        let Event::EpochEnd { epoch, train_loss, train_accuracy, val_loss, val_accuracy, .. } = self else {
+            return None;
+        };
+        Some(format!(
+            "epoch {}: train loss {} acc {} | val loss {} acc {}",
+            epoch + 1,
+            loss_or_na(train_loss.unwrap_or(f32::NAN)),
+            percent_or_na(train_accuracy.unwrap_or(f32::NAN)),
+            loss_or_na(*val_loss),
+            percent_or_na(*val_accuracy)
+        ))
+    }
+}
+
 /// A cloneable stop flag: set it from any thread; a training run stops before its next step
 /// (the step under way finishes), saving a checkpoint in a run folder; a stop that falls on an
 /// epoch's last step lets that epoch end (evaluated) first.

@@ -37,7 +37,7 @@ use runner::run_async;
 use runner::{Engine, catch_panic};
 
 use crate::config::Config;
-use crate::data::dataset::{Dataset, Splits};
+use crate::data::dataset::{Dataset, SampleSource, Splits};
 use crate::device::{DeviceChoice, SelectedDevice};
 use crate::engine::error::{Error, Result};
 use crate::engine::events::{Event, LiveBudget, RunEnd, StopSignal};
@@ -153,21 +153,12 @@ pub enum Job {
         /// The model, with the device it is on.
         predictor: Arc<Predictor>,
         /// The images.
-        images: Vec<ImageInput>,
+        images: Vec<SampleSource>,
         /// Classes per image.
         top_k: usize,
         /// Return a thumbnail of each image.
         thumbnails: bool,
     },
-}
-
-/// An image to predict: a file, or a file's bytes (a file dropped on a page has no path).
-#[derive(Clone, Debug, PartialEq)]
-pub struct ImageInput {
-    /// The file, or its name when it came as bytes (errors and the results name it).
-    pub path: PathBuf,
-    /// The file's bytes; `None` reads `path`.
-    pub bytes: Option<Vec<u8>>,
 }
 
 /// One image of a [`Job::Predict`].

@@ -11,9 +11,14 @@
 //! - exit: 0 done, 1 or 2 an error the child has already explained (its `error:` line), 130 a
 //!   second Ctrl-C; anything else (a signal, a panic's 101) is a crash.
 //!
-//! Parent to child, on the child's stdin: `stop` (stop after this step, with a checkpoint),
-//! `budget BYTES` (move the live memory budget). Its end (the parent died) stops the run too: a
-//! worker never trains on alone.
+//! Parent to child, on the child's stdin: first the run as data, [`JOB_PREFIX`] then the
+//! [`TrainingSpec`] as JSON (the config travels as a value, not as a file or as text to parse
+//! again); then `stop` (stop after this step, with a checkpoint) and `budget BYTES` (move the
+//! live memory budget). Its end (the parent died) stops the run too: a worker never trains on
+//! alone.
+//!
+//! [`supervise_with`] is the one parent loop (the CLI renders what it passes on; the app's
+//! session uses [`supervise`], which turns it into events and a result).
 
 use std::collections::VecDeque;
 use std::ffi::OsString;
@@ -22,6 +27,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
 use std::sync::mpsc::{RecvTimeoutError, Sender};
 use std::sync::{Arc, Mutex, PoisonError};
+
+use serde::{Deserialize, Serialize};
 
 use crate::config::Config;
 use crate::device::DeviceChoice;
@@ -34,6 +41,8 @@ pub const WORKER_STOP_GRACE: std::time::Duration = std::time::Duration::from_sec
 
 /// Marks an event line on the child's stdout.
 pub const EVENT_PREFIX: &str = "\u{1e}vramfit-event ";
+/// Marks the job line, the first line the parent writes to the child's stdin.
+pub const JOB_PREFIX: &str = "job ";
 /// Lines of the child's stderr kept for the crash report.
 pub const STDERR_TAIL: usize = 12;
 
@@ -237,10 +246,11 @@ impl Default for WorkerLaunch {
     }
 }
 
-/// What a training run in a worker process needs.
-#[derive(Clone, Debug)]
+/// What a training run in a worker process needs: sent to the child as its job line.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct TrainingSpec {
-    /// The config of a new run (a resumed run uses its own `config.toml`).
+    /// The config of the run. On resume: the run's stored config with the client's changes,
+    /// checked against it by the run ([`Config::changes_on_resume`]).
     pub config: Config,
     /// The dataset folder (`None`: the bundled data; on resume, the run's `data.txt`).
     pub data_dir: Option<PathBuf>,
@@ -252,26 +262,47 @@ pub struct TrainingSpec {
     pub resume: bool,
     /// Stop after this global step.
     pub max_steps: Option<usize>,
+    /// Shrink the micro-batch and raise accumulation when the plan exceeds the budget.
+    #[serde(default)]
+    pub auto_fit: bool,
+    /// Skip class folders without images instead of failing.
+    #[serde(default)]
+    pub allow_empty_classes: bool,
+    /// Run the overfit check (`vramfit train --overfit-check`) instead of training.
+    #[serde(default)]
+    pub overfit_check: bool,
 }
 
 impl TrainingSpec {
-    /// The worker's command line; `config_file` holds `config` for a new run.
-    fn args(&self, config_file: &Path) -> Vec<OsString> {
-        let mut args: Vec<OsString> =
-            vec!["train".into(), "--worker".into(), "--out".into(), self.out_dir.clone().into()];
-        if self.resume {
-            args.push("--resume".into());
-        } else {
-            args.extend(["--config".into(), config_file.into()]);
+    /// A new run of `config` into `out_dir` on `device`, with the bundled data and no options.
+    pub fn new(config: Config, device: DeviceChoice, out_dir: PathBuf) -> Self {
+        Self {
+            config,
+            data_dir: None,
+            device,
+            out_dir,
+            resume: false,
+            max_steps: None,
+            auto_fit: false,
+            allow_empty_classes: false,
+            overfit_check: false,
         }
-        if let Some(dir) = &self.data_dir {
-            args.extend(["--data".into(), dir.clone().into()]);
-        }
-        args.extend(device_args(self.device).into_iter().map(Into::into));
-        if let Some(m) = self.max_steps {
-            args.extend(["--max-steps".into(), m.to_string().into()]);
-        }
-        args
+    }
+
+    /// The parent's first line to the child (without the newline).
+    pub fn job_line(&self) -> String {
+        format!("{JOB_PREFIX}{}", serde_json::to_string(self).unwrap_or_default())
+    }
+
+    /// Child side: the spec in the parent's first line.
+    ///
+    /// # Errors
+    /// [`Error::Worker`] when the line is not a job line of this version of vramfit.
+    pub fn from_job_line(line: &str) -> Result<Self> {
+        let json = line.trim_end().strip_prefix(JOB_PREFIX).ok_or_else(|| {
+            Error::Worker("a training worker reads its job from its parent (`vramfit train` starts it)".into())
+        })?;
+        serde_json::from_str(json).map_err(|e| Error::Worker(format!("unreadable job from the parent process: {e}")))
     }
 }
 
@@ -285,47 +316,31 @@ pub struct WorkerJob {
     pub launch: WorkerLaunch,
 }
 
-/// `config` in a temporary file for the worker to read, deleted when the returned path drops.
-#[cfg(not(target_arch = "wasm32"))]
-fn write_config_file(config: &Config) -> std::io::Result<tempfile::TempPath> {
-    let mut file = tempfile::Builder::new().prefix("vramfit-app-").suffix(".toml").tempfile()?;
-    file.write_all(config.to_toml().as_bytes())?;
-    Ok(file.into_temp_path())
-}
-
-/// A browser has no processes to start (nor files to write).
-#[cfg(target_arch = "wasm32")]
-fn write_config_file(_config: &Config) -> std::io::Result<PathBuf> {
-    Err(std::io::ErrorKind::Unsupported.into())
-}
-
-/// Runs `job` in a worker process and waits for it: its events go to `sink`, its other output
-/// lines as [`Event::Info`]; `stop` and changes of `budget` are passed on to it.
+/// Runs `job` in a worker process and waits for it: the child gets the job line, then `stop`
+/// once `stop` is set (and is killed when it has not ended [`WORKER_STOP_GRACE`] later) and each
+/// change of `budget`; everything it says goes to `on_output` as it arrives. Returns how it
+/// ended.
 ///
 /// # Errors
-/// [`Error::Io`] when the config cannot be written or the process not started;
-/// [`Error::Worker`] with the error the worker explained, or its crash report.
-pub fn supervise(
+/// [`Error::Io`] when the process cannot be started; [`Error::Worker`] when it is lost.
+pub fn supervise_with(
     job: &WorkerJob,
-    sink: &mut dyn FnMut(Event),
+    on_output: &mut dyn FnMut(Output),
     stop: &StopSignal,
     budget: &LiveBudget,
-) -> Result<RunEnd> {
+) -> Result<End> {
     let spec = &job.spec;
     let io = |e: std::io::Error| Error::io(&spec.out_dir, format!("cannot start the training process: {e}"));
-    let config_file = write_config_file(&spec.config).map_err(io)?;
     let (tx, output) = std::sync::mpsc::channel();
     let gpu = matches!(spec.device, DeviceChoice::Gpu(_));
-    let args = spec.args(&config_file);
+    let args: [OsString; 2] = ["train".into(), "--worker".into()];
     let mut process =
         WorkerProcess::spawn(&job.launch.exe, &args, &job.launch.env, &spec.out_dir, gpu, tx, || {}).map_err(io)?;
-    let (mut budget_sent, mut stop_sent, mut finished) = (spec.config.memory.memory_budget_bytes, None, None);
+    process.send(&spec.job_line());
+    let (mut budget_sent, mut stop_sent) = (spec.config.memory.memory_budget_bytes, None);
     loop {
         match output.recv_timeout(std::time::Duration::from_millis(50)) {
-            Ok(Output::Event(Event::Finished(end))) => finished = Some(end),
-            Ok(Output::Event(e)) => sink(e),
-            Ok(Output::Stdout(line) | Output::Stderr(line)) if !line.trim().is_empty() => sink(Event::Info(line)),
-            Ok(_) => {}
+            Ok(item) => on_output(item),
             Err(RecvTimeoutError::Timeout) => {}
             Err(RecvTimeoutError::Disconnected) => break,
         }
@@ -343,7 +358,29 @@ pub fn supervise(
             process.set_budget(budget_sent);
         }
     }
-    let end = process.wait().map_err(|e| Error::Worker(format!("lost the training process: {e}")))?;
+    process.wait().map_err(|e| Error::Worker(format!("lost the training process: {e}")))
+}
+
+/// [`supervise_with`] for a client of events: the child's events go to `sink`, its other
+/// output lines as [`Event::Info`]; its summary is returned.
+///
+/// # Errors
+/// As [`supervise_with`]; [`Error::Worker`] with the error the worker explained, or its crash
+/// report.
+pub fn supervise(
+    job: &WorkerJob,
+    sink: &mut dyn FnMut(Event),
+    stop: &StopSignal,
+    budget: &LiveBudget,
+) -> Result<RunEnd> {
+    let mut finished = None;
+    let mut on_output = |item| match item {
+        Output::Event(Event::Finished(end)) => finished = Some(end),
+        Output::Event(e) => sink(e),
+        Output::Stdout(line) | Output::Stderr(line) if !line.trim().is_empty() => sink(Event::Info(line)),
+        Output::Stdout(_) | Output::Stderr(_) => {}
+    };
+    let end = supervise_with(job, &mut on_output, stop, budget)?;
     match end {
         End::Done => {
             finished.ok_or_else(|| Error::Worker("the training process ended without a summary; see the log".into()))
@@ -401,23 +438,4 @@ fn signal_of(status: &ExitStatus) -> Option<i32> {
 #[cfg(not(unix))]
 fn signal_of(_status: &ExitStatus) -> Option<i32> {
     None
-}
-
-/// The command-line flags that select `choice` in a child `vramfit` process
-/// (`--device gpu [--adapter N]` or `--device cpu --cpu-backend flex|ndarray`).
-pub fn device_args(choice: crate::device::DeviceChoice) -> Vec<String> {
-    use crate::device::DeviceChoice;
-    match choice {
-        DeviceChoice::Gpu(adapter) => {
-            let mut args = vec!["--device".to_string(), "gpu".to_string()];
-            if let Some(i) = adapter {
-                args.extend(["--adapter".to_string(), i.to_string()]);
-            }
-            args
-        }
-        DeviceChoice::Cpu(backend) => {
-            let name = backend.name();
-            vec!["--device".into(), "cpu".into(), "--cpu-backend".into(), name.into()]
-        }
-    }
 }

@@ -57,7 +57,7 @@ pub enum Command {
     Predict(Vec<PathBuf>),
     /// Predict these images (files or a browser's dropped bytes) with the model the last
     /// in-memory run trained.
-    PredictImages(Vec<crate::engine::session::ImageInput>),
+    PredictImages(Vec<crate::data::dataset::SampleSource>),
     /// Forget the predictions shown.
     ClearPredictions,
     /// Files dropped on the window: one dataset folder (or IDX file) becomes the dataset,
@@ -159,12 +159,10 @@ impl VramfitApp {
         }
         let Some((out, config)) = self.run_to_start(resume) else { return };
         let spec = TrainingSpec {
-            config,
             data_dir: self.settings.data_dir.clone(),
-            device: self.device_choice(),
-            out_dir: out.clone(),
             resume,
             max_steps: self.options.max_steps.map(|m| m + self.history.last_step * usize::from(resume)),
+            ..TrainingSpec::new(config, self.device_choice(), out.clone())
         };
         if self.submit(Job::TrainInWorker(WorkerJob { spec, launch: self.options.worker.clone() })) {
             self.in_flight.training = true;
@@ -293,7 +291,7 @@ impl VramfitApp {
     }
 
     /// Predicts `images` with the model the last in-memory run trained, on the session.
-    fn predict_images(&mut self, images: Vec<crate::engine::session::ImageInput>) {
+    fn predict_images(&mut self, images: Vec<crate::data::dataset::SampleSource>) {
         self.view = View::Predict;
         let Some(predictor) = self.in_memory_model.clone() else {
             self.predict.error = Some("no model yet: press Train first".into());
@@ -308,7 +306,7 @@ impl VramfitApp {
     /// last in-memory run trained) on the session.
     fn predict_files(&mut self, paths: Vec<PathBuf>) {
         if self.options.in_memory.is_some() && self.predict.model_path.is_none() {
-            let images = paths.into_iter().map(|path| crate::engine::session::ImageInput { path, bytes: None });
+            let images = paths.into_iter().map(crate::data::dataset::SampleSource::File);
             self.predict_images(images.collect());
             return;
         }

@@ -65,20 +65,15 @@ impl RunHistory {
                 self.reserved_mib.push([x, *bytes_reserved as f64 / MIB]);
                 self.peak_mib.push([x, *peak_bytes_in_use as f64 / MIB]);
             }
-            Event::EpochEnd { epoch, val_loss, val_accuracy, train_loss, train_accuracy, secs, .. } => {
+            Event::EpochEnd { val_loss, val_accuracy, secs, .. } => {
                 let x = self.last_step as f64;
                 if val_loss.is_finite() && val_accuracy.is_finite() {
                     self.val_loss.push([x, *val_loss as f64]);
                     self.val_accuracy.push([x, *val_accuracy as f64]);
                 }
-                self.log.push(format!(
-                    "epoch {}: train loss {} acc {}, val loss {} acc {} ({secs:.0} s)",
-                    epoch + 1,
-                    crate::inference::eval::loss_or_na(train_loss.unwrap_or(f32::NAN)),
-                    crate::inference::eval::percent_or_na(train_accuracy.unwrap_or(f32::NAN)),
-                    crate::inference::eval::loss_or_na(*val_loss),
-                    crate::inference::eval::percent_or_na(*val_accuracy)
-                ));
+                if let Some(metrics) = event.epoch_metrics_line() {
+                    self.log.push(format!("{metrics} ({secs:.0} s)"));
+                }
             }
             Event::Checkpoint { path } => self.log.push(format!("checkpoint {}", path.display())),
             Event::Warning(w) => self.log.push(format!("warning: {w}")),

@@ -133,7 +133,7 @@ impl PredictView {
 #[cfg(target_arch = "wasm32")]
 #[derive(Default)]
 pub(super) struct PageDrops {
-    read: std::rc::Rc<std::cell::RefCell<Vec<crate::engine::session::ImageInput>>>,
+    read: std::rc::Rc<std::cell::RefCell<Vec<crate::data::dataset::SampleSource>>>,
 }
 
 #[cfg(target_arch = "wasm32")]
@@ -146,14 +146,14 @@ impl PageDrops {
             wasm_bindgen_futures::spawn_local(async move {
                 let bytes = file.bytes_async().await.unwrap_or_default();
                 let path = file.path().to_path_buf();
-                read.borrow_mut().push(crate::engine::session::ImageInput { path, bytes: Some(bytes) });
+                read.borrow_mut().push(crate::data::dataset::SampleSource::Encoded { path, bytes: bytes.into() });
                 ctx.request_repaint();
             });
         }
     }
 
     /// The files read since the last call.
-    pub(super) fn take(&self) -> Vec<crate::engine::session::ImageInput> {
+    pub(super) fn take(&self) -> Vec<crate::data::dataset::SampleSource> {
         std::mem::take(&mut *self.read.borrow_mut())
     }
 }

@@ -2,11 +2,12 @@
 
 use std::sync::Arc;
 
-use burn::tensor::{Device, Int, Tensor, TensorData};
+use burn::tensor::Device;
 
 use crate::config::{ModelConfig, Precision};
+use crate::data::batch::Batch;
 use crate::data::dataset::Dataset;
-use crate::data::loader::{self, Batch};
+use crate::data::loader;
 use crate::data::pipeline::SamplePipeline;
 use crate::engine::error::{Error, Result};
 use crate::model::Classifier;
@@ -60,14 +61,6 @@ impl EvalResult {
     }
 }
 
-/// Host batch to device tensors: images `[B, 3, H, W]`, labels `[B]`.
-pub fn batch_tensors(batch: Batch, device: &Device) -> (Tensor<4>, Tensor<1, Int>) {
-    let n = batch.len();
-    let images = Tensor::<4>::from_data(TensorData::new(batch.images, [n, 3, batch.height, batch.width]), device);
-    let labels = Tensor::<1, Int>::from_data(TensorData::new(batch.labels, [n]), device);
-    (images, labels)
-}
-
 /// How [`evaluate`] batches, computes and checks its uploads.
 #[derive(Clone, Debug)]
 pub struct EvalSettings<'a> {
@@ -84,30 +77,16 @@ pub struct EvalSettings<'a> {
     pub buffer_limit: Option<u64>,
 }
 
-/// Evaluates `model` (a validation snapshot, no autodiff) on `dataset`, blocking on
-/// [`evaluate_async`] (native code; a browser awaits that instead).
-///
-/// # Errors
-/// As [`evaluate_async`].
-pub fn evaluate(
-    model: &Classifier,
-    dataset: Arc<Dataset>,
-    pipeline: Arc<SamplePipeline>,
-    device: &Device,
-    settings: &EvalSettings<'_>,
-) -> Result<EvalResult> {
-    pollster::block_on(evaluate_async(model, dataset, pipeline, device, settings))
-}
-
 /// Evaluates `model` (a validation snapshot, no autodiff) on `dataset`. Every batch is checked
 /// against the device's buffer limit before it is uploaded and split into chunks that fit; each
 /// chunk's results are read back in one awaited transfer ([`batch_log_probs`]). Where no thread
-/// can be started (a browser) the batches are decoded on the awaiting thread.
+/// can be started (a browser) the batches are decoded on the awaiting thread. Native callers
+/// block on it (`pollster::block_on`); a browser awaits it.
 ///
 /// # Errors
 /// [`Error::Memory`] when one image alone is larger than the device's buffer limit (naming the
 /// limit and the fix), [`Error::Device`] when the device fails to return results.
-pub async fn evaluate_async(
+pub async fn evaluate(
     model: &Classifier,
     dataset: Arc<Dataset>,
     pipeline: Arc<SamplePipeline>,
@@ -183,7 +162,7 @@ pub(crate) async fn batch_log_probs(
     device: &Device,
     precision: Precision,
 ) -> Result<Vec<f32>> {
-    let (images, _) = batch_tensors(batch, device);
+    let (images, _) = batch.into_tensors(device);
     let logits = model.forward(images, precision);
     let logp = burn::tensor::activation::log_softmax(logits, 1); // [B, C]
     let data = logp.into_data_async().await.map_err(|e| Error::device(&e))?;
@@ -262,7 +241,7 @@ pub fn evaluate_run(
         workers: config.data.workers,
         buffer_limit: device.buffer_limit(),
     };
-    evaluate(&model, Arc::new(data), pipe, &device.device, &settings)
+    pollster::block_on(evaluate(&model, Arc::new(data), pipe, &device.device, &settings))
 }
 
 /// Evaluates exported weights (an export folder or weights file, see
@@ -297,7 +276,7 @@ pub fn evaluate_export(
         workers: 0,
         buffer_limit: device.buffer_limit(),
     };
-    evaluate(&loaded.model, Arc::new(data), pipe, &device.device, &settings)
+    pollster::block_on(evaluate(&loaded.model, Arc::new(data), pipe, &device.device, &settings))
 }
 
 #[cfg(test)]

@@ -3,13 +3,14 @@
 
 use std::path::{Path, PathBuf};
 
-use burn::tensor::{Device, Tensor, TensorData};
+use burn::tensor::{Device, Tensor};
 use image::RgbImage;
 use rand::SeedableRng;
 use serde::Serialize;
 
 use crate::config::Precision;
-use crate::data::image_io;
+use crate::data::batch::image_tensor;
+use crate::data::dataset::SampleSource;
 use crate::data::pipeline::SamplePipeline;
 use crate::engine::error::{Error, Result};
 use crate::export::{LoadedModel, ModelMetadata};
@@ -116,7 +117,7 @@ impl Predictor {
     pub fn input(&self, img: &RgbImage) -> Result<Tensor<4>> {
         let mut rng = rand::rngs::SmallRng::seed_from_u64(0);
         let (chw, h, w) = self.pipeline.tensor_from_image(img, &mut rng)?;
-        Ok(Tensor::<4>::from_data(TensorData::new(chw, [1, 3, h, w]), &self.device))
+        Ok(image_tensor(chw, 1, (h, w), &self.device))
     }
 
     /// Softmax probabilities for a batch of decoded images of one shape, `[B][classes]`, blocking
@@ -198,22 +199,13 @@ impl Predictor {
             .collect()
     }
 
-    /// Loads an image file with the model's decoding rules.
+    /// Decodes an image (a file, or a file's bytes: a file dropped on a page has no path) with
+    /// the model's decoding rules, as training decodes it ([`SamplePipeline::decode_scaled`]).
     ///
     /// # Errors
     /// [`Error::Image`] naming the file.
-    pub fn load_image(&self, path: &Path) -> Result<RgbImage> {
-        image_io::load_image_scaled(path, &self.pipeline.load, self.pipeline.decode_min_side())
-    }
-
-    /// Decodes an image file's bytes (a file dropped on a page, which has no path) with the
-    /// same rules as [`Self::load_image`].
-    ///
-    /// # Errors
-    /// [`Error::Image`] naming `name`.
-    pub fn decode_image(&self, bytes: &[u8], name: &Path) -> Result<RgbImage> {
-        image_io::decode_image_scaled(bytes, &self.pipeline.load, self.pipeline.decode_min_side())
-            .map_err(|fault| Error::Image { path: name.into(), fault })
+    pub fn decode(&self, source: &SampleSource) -> Result<RgbImage> {
+        self.pipeline.decode_scaled(source)
     }
 }
 
@@ -227,7 +219,7 @@ async fn forward_probabilities(
 ) -> Result<Vec<Vec<f32>>> {
     let (h, w) = (inputs[0].1, inputs[0].2);
     let flat: Vec<f32> = inputs.iter().flat_map(|(chw, _, _)| chw.iter().copied()).collect();
-    let x = Tensor::<4>::from_data(TensorData::new(flat, [inputs.len(), 3, h, w]), device);
+    let x = image_tensor(flat, inputs.len(), (h, w), device);
     let probs = burn::tensor::activation::softmax(model.forward(x, Precision::F32), 1);
     let data = probs.into_data_async().await.map_err(|e| Error::device(&e))?;
     let values = data.try_to_vec::<f32>().map_err(|e| Error::device(&e))?;

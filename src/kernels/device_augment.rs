@@ -18,7 +18,7 @@
 //!
 //! Only a wgpu device compiling WGSL runs the kernel ([`runs_wgsl`]); other devices keep the CPU
 //! path. Training uses it when `augment.on_device` is set ([`augments_on_device`]): the loader
-//! packs each batch ([`crate::data::loader::PackedImages`]) and the training step launches the kernel.
+//! packs each batch ([`crate::data::batch::PackedImages`]) and the training step launches the kernel.
 
 use burn::backend::tensor::{FloatTensor, IntTensor};
 use burn::backend::wgpu::CubeBackend;
@@ -180,6 +180,17 @@ pub fn augments_on_device(config: &crate::config::Config, device: &Device) -> bo
     config.augment.on_device && runs_wgsl(device)
 }
 
+thread_local! {
+    /// Batches [`augment_batch`] launched the kernel for on this thread.
+    static LAUNCHES: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+/// How many batches [`augment_batch`] has augmented on the device from this thread (a training
+/// step calls it on the thread that runs the step): what shows a run really took the kernel.
+pub fn launches_on_this_thread() -> usize {
+    LAUNCHES.with(std::cell::Cell::get)
+}
+
 /// Augments and normalizes a batch on `device`: `pixels` are `[N, src_h, src_w]` packed as
 /// [`pack_rgb8`] does. Returns `[N, 3, out_h, out_w]` f32 on the inner (non-autodiff) device.
 ///
@@ -197,6 +208,7 @@ pub fn augment_batch(pixels: Vec<u32>, params: AugmentParams, device: &Device) -
             pixels.len()
         )));
     }
+    LAUNCHES.with(|l| l.set(l.get() + 1));
     let inner = device.clone().inner();
     let pixels = Tensor::<3, Int>::from_data(TensorData::new(pixels, [n, src_h, src_w]), (&inner, DType::U32));
     Ok(Tensor::from_dispatch(<Dispatch as DeviceAugment>::augment_rgb8(pixels.into_dispatch(), params)))

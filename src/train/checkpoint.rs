@@ -104,8 +104,13 @@ pub fn checkpoints_dir(run_dir: &Path) -> PathBuf {
     run_dir.join(crate::train::run_dir::CHECKPOINTS)
 }
 
-/// Files of a checkpoint folder that `checksums.json` covers, in the order they are written.
+/// Files of a checkpoint folder that `checksums.json` covers, in the order they are written:
+/// what a resume needs.
 pub const CHECKPOINT_FILES: [&str; 3] = ["model.bpk", "optimizer.bpk", "state.json"];
+
+/// The files of a checkpoint that its weights need (export, evaluation): never the optimizer
+/// state, so a damaged `optimizer.bpk` does not make intact weights unusable.
+pub const WEIGHT_FILES: [&str; 2] = ["model.bpk", "state.json"];
 
 /// Size and CRC-32 (IEEE, as zlib/PNG) of one checkpoint file.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -164,7 +169,7 @@ pub fn save(
     // never count toward that, so a damaged newest one cannot push out the intact fallback.
     let mut kept = 1;
     for old in step_folders(&root).into_iter().filter(|n| *n != name) {
-        if kept < keep.max(1) && verify(&root.join(&old), true).is_ok() {
+        if kept < keep.max(1) && verify(&root.join(&old), true, &CHECKPOINT_FILES).is_ok() {
             kept += 1;
         } else {
             let _ = std::fs::remove_dir_all(root.join(old));
@@ -195,21 +200,22 @@ fn is_step_name(name: &str) -> bool {
     name.strip_prefix("step-").is_some_and(|d| d.len() == 8 && d.bytes().all(|b| b.is_ascii_digit()))
 }
 
-/// Checks a checkpoint folder against its `checksums.json` and reads its state.
+/// Checks `files` of a checkpoint folder ([`CHECKPOINT_FILES`] to resume, [`WEIGHT_FILES`] for
+/// the weights alone) against its `checksums.json` and reads its state.
 ///
 /// A folder without `checksums.json` (written by vramfit before checksums existed) is accepted
 /// only when `legacy_ok`, i.e. when `latest.json` names it.
 ///
 /// # Errors
 /// [`Error::Checkpoint`] naming the damaged or missing file.
-pub fn verify(dir: &Path, legacy_ok: bool) -> Result<TrainState> {
+pub fn verify(dir: &Path, legacy_ok: bool, files: &[&str]) -> Result<TrainState> {
     let fault = |path: &Path, message: String| Error::Checkpoint { path: path.into(), message };
     let sums_path = dir.join("checksums.json");
     match std::fs::read(&sums_path) {
         Ok(text) => {
             let sums: std::collections::BTreeMap<String, FileChecksum> =
                 serde_json::from_slice(&text).map_err(|e| fault(&sums_path, format!("is damaged ({e})")))?;
-            for file in CHECKPOINT_FILES {
+            for &file in files {
                 let path = dir.join(file);
                 let want = sums.get(file).ok_or_else(|| fault(&sums_path, format!("does not list {file}")))?;
                 let data = std::fs::read(&path).map_err(|e| fault(&path, format!("cannot be read ({e})")))?;
@@ -244,12 +250,30 @@ pub struct LatestCheckpoint {
     pub damaged: Vec<String>,
 }
 
-/// The newest intact checkpoint of a run: the one `latest.json` names if it verifies, else the
-/// newest `step-*` folder that does ([`verify`]); what was passed over is listed in `damaged`.
+/// The newest intact checkpoint of a run, for a resume (every file of [`CHECKPOINT_FILES`]):
+/// the one `latest.json` names if it verifies, else the newest `step-*` folder that does
+/// ([`verify`]); what was passed over is listed in `damaged`.
 ///
 /// # Errors
 /// [`Error::Io`] when the run has no checkpoint, or none is intact (naming each damaged file).
 pub fn find_latest(run_dir: &Path) -> Result<LatestCheckpoint> {
+    find_latest_with(run_dir, &CHECKPOINT_FILES)
+}
+
+/// The newest checkpoint whose weights are intact ([`WEIGHT_FILES`]), for export and
+/// evaluation: a checkpoint whose optimizer state alone is damaged still counts.
+///
+/// # Errors
+/// As [`find_latest`].
+pub fn find_latest_weights(run_dir: &Path) -> Result<LatestCheckpoint> {
+    find_latest_with(run_dir, &WEIGHT_FILES)
+}
+
+/// [`find_latest`] checking only `files` of each checkpoint.
+///
+/// # Errors
+/// As [`find_latest`].
+fn find_latest_with(run_dir: &Path, files: &[&str]) -> Result<LatestCheckpoint> {
     let root = checkpoints_dir(run_dir);
     let pointer_path = root.join("latest.json");
     let mut damaged = Vec::new();
@@ -273,7 +297,7 @@ pub fn find_latest(run_dir: &Path) -> Result<LatestCheckpoint> {
     candidates.extend(step_folders(&root).into_iter().filter(|n| Some(n) != pointed.as_ref()).map(|n| (n, false)));
     for (name, legacy_ok) in candidates {
         let dir = root.join(&name);
-        match verify(&dir, legacy_ok) {
+        match verify(&dir, legacy_ok, files) {
             Ok(state) => return Ok(LatestCheckpoint { dir, state, damaged }),
             Err(reason) => damaged.push(reason.to_string()),
         }
@@ -326,13 +350,16 @@ pub fn describe_run(run_dir: &Path) -> Option<String> {
     })
 }
 
-/// An exclusive claim on a run folder while a process trains in it (`.vramfit.lock`, holding the
-/// process id). A second `train` or `--resume` of the same folder is refused while the holder
-/// lives; a lock left by a killed process (its pid no longer running) is taken over. Released on
-/// drop, panics included.
+/// An exclusive claim on a run folder while a process trains in it: an OS lock (`flock` on
+/// Unix, `LockFileEx` on Windows) on `.vramfit.lock`, which the kernel releases when the process
+/// ends, however it ends: a lock can never be left behind by a killed process, and of two
+/// processes that claim a folder at once exactly one gets it. The file's text (process id, host,
+/// start time, UTC) only names the holder in the refusal; it is emptied on release and the file
+/// is kept (deleting it would let a third process lock a new file while a second still waits on
+/// the old one).
 #[derive(Debug)]
 pub struct RunLock {
-    path: PathBuf,
+    file: std::fs::File,
 }
 
 impl RunLock {
@@ -343,42 +370,53 @@ impl RunLock {
     pub fn acquire(run_dir: &Path) -> Result<RunLock> {
         use std::io::Write;
         let path = run_dir.join(crate::train::run_dir::LOCK);
-        for _ in 0..2 {
-            match std::fs::OpenOptions::new().write(true).create_new(true).open(&path) {
-                Ok(mut f) => {
-                    f.write_all(std::process::id().to_string().as_bytes()).map_err(|e| Error::io(&path, e))?;
-                    return Ok(RunLock { path });
-                }
-                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
-                    let holder = std::fs::read_to_string(&path).ok().and_then(|t| t.trim().parse::<u32>().ok());
-                    if let Some(pid) = holder.filter(|&pid| process_alive(pid)) {
-                        return Err(Error::io(
-                            run_dir,
-                            format!(
-                                "another vramfit (process {pid}) is training in this folder; wait for it, stop it, \
-                                 or train into another --out"
-                            ),
-                        ));
-                    }
-                    let _ = std::fs::remove_file(&path); // left by a process that died
-                }
-                Err(e) => return Err(Error::io(&path, e)),
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&path)
+            .map_err(|e| Error::io(&path, e))?;
+        match file.try_lock() {
+            Ok(()) => {}
+            Err(std::fs::TryLockError::WouldBlock) => {
+                let holder = std::fs::read_to_string(&path).unwrap_or_default();
+                let holder = holder.trim();
+                let holder =
+                    if holder.is_empty() { "a process that is starting".to_string() } else { holder.to_string() };
+                return Err(Error::io(
+                    run_dir,
+                    format!(
+                        "another vramfit ({holder}) is training in this folder; wait for it, stop it, or train \
+                         into another --out"
+                    ),
+                ));
             }
+            Err(std::fs::TryLockError::Error(e)) => return Err(Error::io(&path, e)),
         }
-        Err(Error::io(&path, "could not claim the run folder; delete this lock file if no vramfit is running"))
+        let since = crate::train::run_dir::default_run_dir().file_name().map(|n| n.to_string_lossy().into_owned());
+        let note = format!("process {} on {} since {} UTC", std::process::id(), host_name(), since.unwrap_or_default());
+        let mut lock = RunLock { file };
+        lock.file.set_len(0).and_then(|()| lock.file.write_all(note.as_bytes())).map_err(|e| Error::io(&path, e))?;
+        Ok(lock)
     }
 }
 
 impl Drop for RunLock {
+    /// Empties the holder's note; the kernel releases the lock when the file closes.
     fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.path);
+        let _ = self.file.set_len(0);
     }
 }
 
-/// Whether a process with this id is running (Linux: `/proc/<pid>`; elsewhere a lock is assumed
-/// stale, so a crash never blocks a run folder).
-fn process_alive(pid: u32) -> bool {
-    cfg!(target_os = "linux") && Path::new(&format!("/proc/{pid}")).exists()
+/// This machine's name, for the lock's note (Linux: the kernel's host name; elsewhere the
+/// environment's).
+fn host_name() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .or_else(|| std::env::var("COMPUTERNAME").ok())
+        .map_or_else(|| "this machine".to_string(), |h| h.trim().to_string())
 }
 
 /// Refuses a folder that already holds a run ([`describe_run`]), for commands that would start a
@@ -411,7 +449,8 @@ pub fn load_latest_model(
     device: &burn::tensor::Device,
 ) -> Result<(Classifier, crate::config::Config, TrainState)> {
     let (config, _notes) = crate::train::run_dir::load_config(run_dir)?;
-    let (dir, state) = latest(run_dir)?;
+    // The weights alone: a damaged optimizer state does not matter here.
+    let LatestCheckpoint { dir, state, .. } = find_latest_weights(run_dir)?;
     let mut model = Classifier::new(&config.model, state.class_names.len(), device);
     let path = dir.join("model.bpk");
     let bytes = std::fs::read(&path).map_err(|e| Error::io(&path, e))?;

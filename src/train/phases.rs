@@ -35,11 +35,11 @@ pub(super) async fn run(
 ) -> Result<Ended> {
     let started = Instant::now();
     if let Store::Folder { out, .. } = options.store {
-        std::fs::create_dir_all(out).map_err(|e| Error::io(out, e))?;
+        crate::train::run_dir::create(out, &splits.root)?;
     }
     let config = check_data_and_precision(&options, device, splits, sink)?;
-    let config = plan_memory(&options, device, splits, config, sink)?;
-    let mut run = Run::new(options, device, splits, config);
+    let (config, predicted_peak_bytes) = plan_memory(&options, device, splits, config, sink)?;
+    let mut run = Run::new(options, device, splits, config, predicted_peak_bytes);
     let _lock = run.open_store(sink)?;
     sink(run.started_event(splits));
     let nothing = run.nothing_to_train();
@@ -88,6 +88,7 @@ fn check_data_and_precision(
         };
         return Err(Error::Dataset { path, message: "no training samples".into() });
     }
+    fit_batch_to_data(&mut config, splits.train.samples.len(), sink);
     let probe = SamplePipeline::from_config(&config, false);
     for warning in
         splits.report.warnings().into_iter().chain(splits.check_trainable(|source| probe.decode(source).is_ok())?)
@@ -102,15 +103,47 @@ fn check_data_and_precision(
     Ok(config)
 }
 
+/// Phase 1: numbers typed for another dataset size, made sense of: a batch larger than the
+/// training set is clamped to it (a note: the plan is then of the batch that really trains);
+/// accumulating over more batches than an epoch has, and a warmup under one optimizer step, are
+/// pointed out.
+fn fit_batch_to_data(config: &mut Config, images: usize, sink: EventSink) {
+    let train = &mut config.train;
+    if train.batch_size > images {
+        sink(Event::Info(format!(
+            "train.batch_size = {} is more than the {images} training images: batches of {images} (one per epoch)",
+            train.batch_size
+        )));
+        train.batch_size = images;
+    }
+    let batches = images.div_ceil(train.batch_size.max(1));
+    if train.grad_accum_steps > batches {
+        sink(Event::Warning(format!(
+            "train.grad_accum_steps = {} is more than the {batches} batches of an epoch: each epoch ends its \
+             accumulation early, one optimizer step per epoch; lower it to {batches} or less",
+            train.grad_accum_steps
+        )));
+    }
+    let warmup_steps = config.optimizer.warmup_epochs * crate::train::schedule::steps_per_epoch(images, train) as f64;
+    if warmup_steps > 0.0 && warmup_steps < 1.0 {
+        sink(Event::Info(format!(
+            "optimizer.warmup_epochs = {} is under one optimizer step here ({warmup_steps:.2}): no warmup, the \
+             first step runs at the full learning rate",
+            config.optimizer.warmup_epochs
+        )));
+    }
+}
+
 /// Phase 2: the predicted peak fits the budget (or `auto_fit` makes it fit) and one
 /// micro-batch's largest tensor fits the adapter's buffer limit, before anything is allocated.
+/// Returns the config to train and its predicted peak (bytes reserved): the run's one plan.
 fn plan_memory(
     options: &RunOptions<'_>,
     device: &SelectedDevice,
     splits: &Splits,
     mut config: Config,
     sink: EventSink,
-) -> Result<Config> {
+) -> Result<(Config, u64)> {
     let classes = splits.train.class_names.len();
     let px = config.image_size_px();
     let image_hw = loader::check_sizes_agree(&splits.train, &config.data.preprocess)?.unwrap_or((px, px));
@@ -147,5 +180,8 @@ fn plan_memory(
     if let Some(limit) = device.buffer_limit() {
         memory::check_buffer_limit(&config.model, classes, image_hw, config.train.batch_size, limit, &device.name)?;
     }
-    Ok(config)
+    // After --auto-fit the config trained is another: its peak, estimated once.
+    let predicted_peak_bytes =
+        if plan.fits { plan.estimate.total } else { memory::estimate(&config, config.train.batch_size, classes).total };
+    Ok((config, predicted_peak_bytes))
 }

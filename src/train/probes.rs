@@ -11,8 +11,9 @@ use web_time::Instant;
 
 use super::step::{Trainer, precision_on};
 use crate::config::Config;
+use crate::data::batch::Batch;
 use crate::data::dataset::Dataset;
-use crate::data::loader::{self, Batch};
+use crate::data::loader;
 use crate::data::pipeline::SamplePipeline;
 use crate::device::SelectedDevice;
 use crate::engine::error::{Error, Result};
@@ -96,13 +97,19 @@ pub fn overfit_check(
         perfect_steps = if stats.accuracy >= 1.0 { perfect_steps + 1 } else { 0 };
         if perfect_steps >= n_batches && done < steps {
             perfect_steps = 0;
-            let val = eval::evaluate(&trainer.model().valid(), ds.clone(), pipe.clone(), &trainer.device, &settings)?;
+            let val = pollster::block_on(eval::evaluate(
+                &trainer.model().valid(),
+                ds.clone(),
+                pipe.clone(),
+                &trainer.device,
+                &settings,
+            ))?;
             if val.top1 >= 0.98 {
                 return Ok(OverfitResult { steps: done, accuracy: val.top1, passed: true });
             }
         }
     }
-    let val = eval::evaluate(&trainer.model().valid(), ds, pipe, &trainer.device, &settings)?;
+    let val = pollster::block_on(eval::evaluate(&trainer.model().valid(), ds, pipe, &trainer.device, &settings))?;
     Ok(OverfitResult { steps: done, accuracy: val.top1, passed: val.top1 >= 0.98 })
 }
 

@@ -18,8 +18,8 @@ use crate::device::SelectedDevice;
 use crate::engine::error::{Error, Result};
 use crate::engine::events::{Event, EventSink};
 use crate::inference::eval::{self, EvalResult};
+use crate::memory::human_bytes;
 use crate::memory::probe::MemoryTracker;
-use crate::memory::{self, human_bytes};
 use crate::model::Classifier;
 
 /// What a finished (or stopped) run leaves: its summary, and the model for a run kept in memory.
@@ -40,8 +40,6 @@ pub(super) struct Run<'a> {
     pub(super) device: &'a SelectedDevice,
     pub(super) config: Config,
     pub(super) classes: Vec<String>,
-    /// The run's memory plan, computed once (phase 2's config) and handed down.
-    pub(super) estimate: memory::MemoryEstimate,
     /// Images the loader decodes per batch (`train.batch_size`).
     pub(super) loader_batch: usize,
     /// Loader batches per optimizer step (`train.grad_accum_steps`).
@@ -66,9 +64,16 @@ pub(super) struct Run<'a> {
 }
 
 impl<'a> Run<'a> {
-    pub(super) fn new(options: RunOptions<'a>, device: &'a SelectedDevice, splits: &Splits, config: Config) -> Self {
+    /// The run's state before its store is opened: `config` as planned, with its predicted peak
+    /// (bytes reserved, from [`memory::plan`]).
+    pub(super) fn new(
+        options: RunOptions<'a>,
+        device: &'a SelectedDevice,
+        splits: &Splits,
+        config: Config,
+        predicted_peak_bytes: u64,
+    ) -> Self {
         let classes = splits.train.class_names.clone();
-        let estimate = memory::estimate(&config, config.train.batch_size, classes.len());
         let (loader_batch, accum) = (config.train.batch_size.max(1), config.train.grad_accum_steps.max(1));
         let n_batches = splits.train.samples.len().div_ceil(loader_batch);
         let steps_per_epoch = crate::train::schedule::steps_per_epoch(splits.train.samples.len(), &config.train);
@@ -86,7 +91,7 @@ impl<'a> Run<'a> {
             val: None,
             stopped: false,
             wall_secs: 0.0,
-            predicted_peak_bytes: estimate.total,
+            predicted_peak_bytes,
             memory: MemoryTracker::default(),
             images_per_sec: 0.0,
             skipped: 0,
@@ -99,7 +104,6 @@ impl<'a> Run<'a> {
             device,
             config,
             classes,
-            estimate,
             loader_batch,
             accum,
             n_batches,
@@ -144,7 +148,7 @@ impl<'a> Run<'a> {
             epochs: self.config.train.epochs,
             steps_per_epoch: self.steps_per_epoch,
             samples: (splits.train.samples.len(), splits.val.samples.len()),
-            predicted_peak_bytes: self.estimate.total,
+            predicted_peak_bytes: self.summary.predicted_peak_bytes,
             micro_batch: self.micro_batch(),
             augment_on_device: self.augments_on_device(),
         }
@@ -185,7 +189,7 @@ impl<'a> Run<'a> {
             buffer_limit: self.device.buffer_limit(),
         };
         let model = self.trainer.model().valid();
-        eval::evaluate_async(&model, data.val.clone(), data.eval_pipe.clone(), &self.trainer.device, &settings).await
+        eval::evaluate(&model, data.val.clone(), data.eval_pipe.clone(), &self.trainer.device, &settings).await
     }
 
     /// Phase 6: the epoch's evaluation and [`Event::EpochEnd`], its `epochs.csv` row and
@@ -254,9 +258,9 @@ impl<'a> Run<'a> {
         if self.trainer.state.epoch == 0 && t.peak_bytes_reserved > 0 {
             sink(Event::Info(format!(
                 "memory after epoch 1: predicted peak {} vs measured {} reserved (ratio {:.2}); bytes_in_use after forward {}, pools high-water {}",
-                human_bytes(self.estimate.total),
+                human_bytes(self.summary.predicted_peak_bytes),
                 human_bytes(t.peak_bytes_reserved),
-                self.estimate.total as f64 / t.peak_bytes_reserved as f64,
+                self.summary.predicted_peak_bytes as f64 / t.peak_bytes_reserved as f64,
                 human_bytes(t.peak_bytes_in_use),
                 human_bytes(t.pools_high_water)
             )));

@@ -3,6 +3,7 @@
 //!
 //! ```text
 //! runs/20261130-153012/
+//!   .vramfit-run      marks a run folder, so no dataset scan reads it (data::dataset::RUN_MARKER)
 //!   run.json          format and version of this folder (MANIFEST)
 //!   config.toml       the run's config (CONFIG)
 //!   data.txt          the data folder it trains on, for `--resume` (DATA_NOTE)
@@ -40,6 +41,45 @@ pub const MANIFEST: &str = "run.json";
 /// with `checksums.json`. Folders without a manifest were made before version 1 had one and use
 /// the same layout.
 pub const FORMAT_VERSION: u32 = 1;
+
+/// Creates the run folder `out` (and its parents) marked as a run folder
+/// ([`crate::data::dataset::RUN_MARKER`]), so no dataset scan takes it for data; refuses an
+/// `out` that is the dataset folder `data` or holds it.
+///
+/// # Errors
+/// [`Error::Dataset`] naming both folders when `data` is inside `out`; [`Error::Io`] naming
+/// the folder when it cannot be created or marked.
+pub fn create(out: &Path, data: &Path) -> Result<()> {
+    let (out_abs, data_abs) = (absolute(out), absolute(data));
+    if data_abs.starts_with(&out_abs) {
+        return Err(Error::Dataset {
+            path: data.to_path_buf(),
+            message: format!(
+                "the run folder {} is the dataset folder or holds it: its checkpoints and export would be \
+                 scanned as classes; train into another --out (e.g. runs/ next to the dataset)",
+                out.display()
+            ),
+        });
+    }
+    std::fs::create_dir_all(out).map_err(|e| Error::io(out, e))?;
+    let marker = out.join(crate::data::dataset::RUN_MARKER);
+    if !marker.is_file() {
+        let note = "a vramfit run folder: output, not data (dataset scans skip this folder)\n";
+        crate::atomic_file::write_atomic(&marker, note.as_bytes())?;
+    }
+    Ok(())
+}
+
+/// `path` made absolute and resolved as far as it exists (a run folder may not exist yet).
+fn absolute(path: &Path) -> std::path::PathBuf {
+    if let Ok(p) = path.canonicalize() {
+        return p;
+    }
+    match (path.parent(), path.file_name()) {
+        (Some(parent), Some(name)) if !parent.as_os_str().is_empty() => absolute(parent).join(name),
+        _ => std::env::current_dir().map_or_else(|_| path.to_path_buf(), |d| d.join(path)),
+    }
+}
 
 /// `runs/<UTC date-time>` for a new run.
 pub fn default_run_dir() -> std::path::PathBuf {

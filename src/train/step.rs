@@ -10,11 +10,10 @@
 //! update, and nowhere else.
 
 use crate::config::{Config, Precision};
-use crate::data::loader::Batch;
+use crate::data::batch::{Batch, label_tensor};
 use crate::device::SelectedDevice;
 use crate::engine::error::{Error, Result};
 use crate::engine::events::{Event, EventSink};
-use crate::inference::eval::batch_tensors;
 use crate::memory::probe::MemoryTracker;
 use crate::model::Classifier;
 use crate::train::checkpoint::{self, TrainState};
@@ -22,7 +21,7 @@ use crate::train::precision::LossScaler;
 use crate::train::schedule::WarmupCosine;
 use burn::module::{Module, ModuleVisitor, Param};
 use burn::optim::{AdamWConfig, GradientsAccumulator, GradientsParams, ModuleOptimizer};
-use burn::tensor::{Device, Int, Tensor, TensorData};
+use burn::tensor::{Device, Int, Tensor};
 use std::path::{Path, PathBuf};
 
 /// Result of one optimizer step.
@@ -378,7 +377,7 @@ impl Trainer {
     /// # Errors
     /// As [`crate::kernels::device_augment::augment_batch`].
     fn input_tensors(&self, mut batch: Batch) -> Result<(Tensor<4>, Tensor<1, Int>)> {
-        let Some(packed) = batch.packed.take() else { return Ok(batch_tensors(batch, &self.ad_device)) };
+        let Some(packed) = batch.packed.take() else { return Ok(batch.into_tensors(&self.ad_device)) };
         let data = &self.config.data;
         let params = packed.params((batch.height, batch.width), data.mean, data.std)?;
         let images = crate::kernels::device_augment::augment_batch(packed.pixels, params, &self.device)?;
@@ -387,7 +386,7 @@ impl Trainer {
             Some(strategy) => images.autodiff().with_gradient_checkpointing_strategy(strategy),
             None => images.autodiff(),
         };
-        let labels = Tensor::<1, Int>::from_data(TensorData::new(batch.labels, [images.dims()[0]]), &self.ad_device);
+        let labels = label_tensor(batch.labels, &self.ad_device);
         Ok((images, labels))
     }
 

@@ -135,6 +135,7 @@ fn training_with_device_augmentation_follows_the_cpu_path() {
             req.max_steps = Some(3);
             req.export = false;
             let (mut losses, mut augmented_on_device) = (Vec::new(), None);
+            let launches = device_augment::launches_on_this_thread();
             train::train(
                 &req,
                 &device,
@@ -148,6 +149,9 @@ fn training_with_device_augmentation_follows_the_cpu_path() {
             )
             .unwrap();
             assert_eq!(augmented_on_device, Some(on_device));
+            // The kernel really ran, once per step, or never.
+            let batches = device_augment::launches_on_this_thread() - launches;
+            assert_eq!(batches, if on_device { 3 } else { 0 }, "checkpointing {checkpointing}");
             losses
         };
         let (cpu, on_device) = (run(false), run(true));

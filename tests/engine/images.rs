@@ -53,6 +53,11 @@ fn c06_rgba_prediction_input_is_white_not_blue() {
 }
 
 /// An untrained 3-class predictor on burn flex whose inputs are resized and cropped to `crop_size`.
+/// A file's bytes as a page hands them over, named `name`.
+fn encoded(bytes: Vec<u8>, name: &str) -> SampleSource {
+    SampleSource::Encoded { path: name.into(), bytes: bytes.into() }
+}
+
 fn flex_predictor(crop_size: usize) -> vramfit::inference::predict::Predictor {
     let (model, metadata) = flex_model(crop_size);
     vramfit::inference::predict::Predictor::from_model(model, metadata, burn::tensor::Device::flex())
@@ -81,8 +86,8 @@ fn prediction_from_dropped_bytes_matches_prediction_from_the_file() {
         ("C07", "ok_progressive.jpg", (32, 32)),
     ] {
         let path = cases().join(case).join(file);
-        let from_file = predictor.load_image(&path).unwrap();
-        let from_bytes = predictor.decode_image(&std::fs::read(&path).unwrap(), Path::new(file)).unwrap();
+        let from_file = predictor.decode(&SampleSource::File(path.clone())).unwrap();
+        let from_bytes = predictor.decode(&encoded(std::fs::read(&path).unwrap(), file)).unwrap();
         assert_eq!(from_bytes.dimensions(), dims, "{file}");
         assert_eq!(from_bytes.as_raw(), from_file.as_raw(), "{file}");
         let (a, b) =
@@ -91,7 +96,7 @@ fn prediction_from_dropped_bytes_matches_prediction_from_the_file() {
     }
     // An input over the device's per-buffer limit runs on the CPU with a notice, or, where there
     // is no CPU to spare (a page), is refused with the sizes before it is preprocessed.
-    let img = predictor.load_image(&cases().join("C06/rgba_hidden_blue.png")).unwrap();
+    let img = predictor.decode(&SampleSource::File(cases().join("C06/rgba_hidden_blue.png"))).unwrap();
     let (model, metadata) = flex_model(32);
     let flex = burn::tensor::Device::flex;
     let capped = |m: &vramfit::model::Classifier| {
@@ -106,14 +111,13 @@ fn prediction_from_dropped_bytes_matches_prediction_from_the_file() {
     let err = capped(&model).without_cpu_fallback().predict_image(&img, 3).unwrap_err();
     assert!(matches!(err, vramfit::Error::Memory(_)) && err.to_string().contains("32x32 input"), "{err}");
     // The C06 file's hidden blue becomes white through the bytes path too.
-    let c06 = predictor
-        .decode_image(&std::fs::read(cases().join("C06/rgba_hidden_blue_224.png")).unwrap(), Path::new("x.png"));
+    let c06 = predictor.decode(&encoded(std::fs::read(cases().join("C06/rgba_hidden_blue_224.png")).unwrap(), "x.png"));
     assert_eq!(c06.unwrap().get_pixel(222, 112).0, [255, 255, 255]);
     for (bytes, name) in [
         (std::fs::read(cases().join("C07").join("truncated_half.png")).unwrap(), "truncated_half.png"),
         (b"not an image\n".to_vec(), "notes.txt"),
     ] {
-        let err = predictor.decode_image(&bytes, Path::new(name)).unwrap_err();
+        let err = predictor.decode(&encoded(bytes, name)).unwrap_err();
         assert!(matches!(err, vramfit::Error::Image { .. }) && err.to_string().contains(name), "{err}");
     }
 }

@@ -11,7 +11,14 @@ fn c18_a_damaged_newest_checkpoint_falls_back_to_the_previous_one() {
     let (ok, log) = cli_train(&data, &run, &["--epochs", "3", "--batch-size", "2"]);
     assert!(ok, "{log}");
     assert_eq!(checkpoint_names(&run), ["step-00000010", "step-00000015"], "the two newest are kept");
-    assert!(vramfit::train::checkpoint::verify(&run.join("checkpoints/step-00000015"), false).is_ok());
+    assert!(
+        vramfit::train::checkpoint::verify(
+            &run.join("checkpoints/step-00000015"),
+            false,
+            &vramfit::train::checkpoint::CHECKPOINT_FILES
+        )
+        .is_ok()
+    );
 
     // The weights of the newest emptied (a full disk): resume names the file and uses step 10.
     let emptied = dir.path().join("emptied");
@@ -63,6 +70,9 @@ fn c19_epochs_on_resume_extend_the_run_and_other_overrides_are_announced_or_refu
     let (ok, log) = cli_train(&data, &run, &["--epochs", "1"]);
     assert!(ok, "{log}");
     assert_eq!(metric_steps(&run), [1], "10 images at batch 64: one step an epoch");
+    // C36's kind: a batch over the training set is clamped to it, with a note.
+    let clamped = log.split("train.batch_size = 64 is more than the ").nth(1).and_then(|t| t.split(' ').next());
+    let train_images: usize = clamped.and_then(|n| n.parse().ok()).unwrap_or_else(|| panic!("no clamp note: {log}"));
     let (ok, log) = cli_train(&data, &run, &["--resume", "--epochs", "3"]);
     assert!(ok, "{log}");
     assert!(log.contains("resume: train.epochs: 1 -> 3 (applied)"), "{log}");
@@ -72,7 +82,7 @@ fn c19_epochs_on_resume_extend_the_run_and_other_overrides_are_announced_or_refu
     // Batch size and learning rate apply from the next step, announced.
     let (ok, log) = cli_train(&data, &run, &["--resume", "--batch-size", "2", "--lr", "0.5", "--epochs", "4"]);
     assert!(ok, "{log}");
-    assert!(log.contains("resume: train.batch_size: 64 -> 2 (applied)"), "{log}");
+    assert!(log.contains(&format!("resume: train.batch_size: {train_images} -> 2 (applied)")), "{log}");
     assert!(log.contains("resume: optimizer.lr: 0.003 -> 0.5 (applied)"), "{log}");
     assert_eq!(metric_steps(&run), (1..=8).collect::<Vec<_>>(), "epoch 4 at batch 2 is 5 steps");
     // The schedule spans the 5 new steps: the lr decays from near the new peak, not from the floor.
@@ -225,7 +235,12 @@ fn sigkill_at_20_points_then_resume_finishes_with_every_step_once() {
         assert!(ok, "{point}: {log}");
         assert_eq!(metric_steps(&run), (1..=30).collect::<Vec<_>>(), "{point}: every step once");
         for e in std::fs::read_dir(run.join("checkpoints")).unwrap().flatten().filter(|e| e.path().is_dir()) {
-            assert!(vramfit::train::checkpoint::verify(&e.path(), false).is_ok(), "{point}: {:?}", e.path());
+            assert!(
+                vramfit::train::checkpoint::verify(&e.path(), false, &vramfit::train::checkpoint::CHECKPOINT_FILES)
+                    .is_ok(),
+                "{point}: {:?}",
+                e.path()
+            );
         }
         outcomes.push(format!("kill@{point}: resumed from step {resumed_from}"));
     }
@@ -316,4 +331,126 @@ fn a_stop_right_after_a_resume_at_a_new_batch_size_saves_the_converted_progress(
     assert_eq!((state.global_step, state.batches_done_in_epoch), (4, 2), "64 images at batch 32");
     let (stored, _) = vramfit::train::run_dir::load_config(&run).unwrap();
     assert_eq!(stored.train.batch_size, 32);
+}
+
+/// Two resumes of one folder started together, 20 times: each round's epoch is trained once
+/// (every step once in metrics.csv), never by both; the other process is refused naming the
+/// holder, or (started after the first ended) finds nothing left to train. A lock file left with
+/// another process's note (pid 1, as a container's init reads) blocks nothing: the kernel's lock
+/// is what counts, and a dead process holds none.
+#[test]
+fn c38_two_resumes_started_together_never_both_train_and_no_lock_file_is_stale() {
+    let data = cases().join("C19/dataset");
+    let dir = tempfile::tempdir().unwrap();
+    let run = dir.path().join("run");
+    let (ok, log) = cli_train(&data, &run, &["--epochs", "1"]);
+    assert!(ok, "{log}");
+    std::fs::write(run.join(".vramfit.lock"), "process 1 on elsewhere since 2026-01-01_00-00-00 UTC").unwrap();
+    let mut refused = 0;
+    for round in 0..20 {
+        let epochs = (round + 2).to_string();
+        let start = || {
+            std::process::Command::new(env!("CARGO_BIN_EXE_vramfit"))
+                .args(["train", "--device", "cpu", "--resume", "--epochs", &epochs, "--out"])
+                .arg(&run)
+                .output()
+                .unwrap()
+        };
+        let (a, b) = std::thread::scope(|s| {
+            let a = s.spawn(start);
+            let b = s.spawn(start);
+            (a.join().unwrap(), b.join().unwrap())
+        });
+        for out in [a, b] {
+            let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+            // A driver's complaint about the environment is not vramfit's output (src/main.rs).
+            assert!(!text.contains("XDG_RUNTIME_DIR"), "{text}");
+            if text.contains("is training in this folder") {
+                assert!(text.contains("process ") && !out.status.success(), "{text}");
+                refused += 1;
+            } else {
+                assert!(out.status.success(), "round {round}: {text}");
+            }
+        }
+        assert_eq!(metric_steps(&run), (1..=round + 2).collect::<Vec<_>>(), "round {round}");
+    }
+    eprintln!("c38 race: {refused} of 40 starts refused by the lock");
+}
+
+/// C44: a run folder inside the dataset (`--out photos/runs/first`) is output, not data: the
+/// scans of that run, of its resume and of a second run skip it with a note, never "class
+/// folders with no images: runs"; `--out` equal to the dataset folder is refused naming both
+/// before anything is written into the dataset.
+#[test]
+fn c44_run_folders_are_never_scanned_as_data() {
+    let dir = tempfile::tempdir().unwrap();
+    let photos = dir.path().join("photos");
+    copy_tree(&cases().join("C44/dataset"), &photos);
+    let first = photos.join("runs/first");
+    let (ok, log) = cli_train(&photos, &first, &["--epochs", "2", "--batch-size", "4", "--max-steps", "3"]);
+    assert!(ok, "{log}");
+    assert!(log.contains("is a vramfit run folder (output, not data): skipped by the scan"), "{log}");
+    assert!(first.join(".vramfit-run").is_file());
+    let resume =
+        [std::ffi::OsStr::new("train"), "--resume".as_ref(), "--device".as_ref(), "cpu".as_ref(), "--out".as_ref()];
+    let (code, log) = vramfit_cli_env(&[&resume[..], &[first.as_os_str()]].concat(), None);
+    assert_eq!(code, Some(0), "{log}");
+    let (ok, log) = cli_train(&photos, &photos.join("runs/second"), &["--epochs", "1", "--batch-size", "4"]);
+    assert!(ok && !log.contains("no images"), "{log}");
+    let splits = dataset::open(&photos, &ScanOptions { val_fraction: 0.2, seed: 1, allow_empty_classes: false });
+    assert_eq!(splits.unwrap().train.class_names, ["a", "b"]);
+    // The dataset folder itself as --out: refused, naming both; the dataset is untouched.
+    let before = snapshot_files(&photos);
+    let (ok, log) = cli_train(&photos, &photos, &["--epochs", "1"]);
+    assert!(!ok, "{log}");
+    assert!(log.contains("is the dataset folder or holds it") && log.contains("photos"), "{log}");
+    assert!(snapshot_files(&photos) == before, "a refused run writes nothing into the dataset");
+}
+
+/// Export needs only the weights: with the newest checkpoint's `optimizer.bpk` cut short,
+/// `export --run` exports that checkpoint (its step in model.json) without a word about the
+/// optimizer, while a resume, which needs the optimizer state, passes over it naming the file.
+#[test]
+fn a_run_whose_optimizer_state_is_damaged_still_exports_its_newest_weights() {
+    let data = cases().join("C19/dataset");
+    let dir = tempfile::tempdir().unwrap();
+    let run = dir.path().join("run");
+    let (ok, log) = cli_train(&data, &run, &["--epochs", "3"]);
+    assert!(ok, "{log}");
+    let newest = run.join("checkpoints/step-00000003");
+    let optimizer = std::fs::read(newest.join("optimizer.bpk")).unwrap();
+    std::fs::write(newest.join("optimizer.bpk"), &optimizer[..optimizer.len() / 2]).unwrap();
+    let export = dir.path().join("export");
+    let args =
+        [std::ffi::OsStr::new("export"), "--run".as_ref(), run.as_os_str(), "--out".as_ref(), export.as_os_str()];
+    let (code, log) = vramfit_cli_env(&args, None);
+    assert_eq!(code, Some(0), "{log}");
+    assert!(!log.contains("optimizer.bpk"), "{log}");
+    let meta: serde_json::Value = serde_json::from_slice(&std::fs::read(export.join("model.json")).unwrap()).unwrap();
+    assert_eq!(meta["training"]["steps"], 3, "{meta}");
+    let (ok, log) = cli_train(&data, &run, &["--resume", "--epochs", "4"]);
+    assert!(ok, "{log}");
+    assert!(log.contains("step-00000003/optimizer.bpk is damaged"), "{log}");
+    assert_eq!(metric_steps(&run), [1, 2, 3, 4], "resumed from step 2, step 3 trained again");
+}
+
+/// C36: numbers typed for another dataset. On 12 images (10 train): batch 4096 trains, clamped to
+/// the training set with a note (no memory figure); accumulating over 1024 batches is pointed
+/// out; `--max-steps 0` is refused before anything is written.
+#[test]
+fn c36_numbers_out_of_proportion_to_the_dataset_are_clamped_or_refused() {
+    let data = cases().join("C36/dataset");
+    let dir = tempfile::tempdir().unwrap();
+    let (ok, log) = cli_train(&data, &dir.path().join("b4096"), &["--epochs", "1", "--batch-size", "4096"]);
+    assert!(ok, "{log}");
+    assert!(log.contains("train.batch_size = 4096 is more than the 10 training images: batches of 10"), "{log}");
+    let accum = dir.path().join("accum");
+    let (ok, log) = cli_train(&data, &accum, &["--epochs", "2", "--batch-size", "4", "--grad-accum-steps", "1024"]);
+    assert!(ok, "{log}");
+    assert!(log.contains("train.grad_accum_steps = 1024 is more than the 3 batches of an epoch"), "{log}");
+    assert_eq!(metric_steps(&accum), [1, 2], "one optimizer step per epoch");
+    let steps0 = dir.path().join("steps0");
+    let (ok, log) = cli_train(&data, &steps0, &["--epochs", "1", "--max-steps", "0"]);
+    assert!(!ok && log.contains("0 steps would train nothing"), "{log}");
+    assert!(!steps0.exists(), "a refused command writes no run folder");
 }

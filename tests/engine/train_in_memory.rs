@@ -66,14 +66,9 @@ fn in_memory_training_learns_and_reports_as_the_run_folder_loop_does() {
         buffer_limit: None,
     };
     let pipeline = Arc::new(SamplePipeline::from_config(&config, false));
-    let again = vramfit::inference::eval::evaluate(
-        &trained.model,
-        Arc::new(val),
-        pipeline,
-        &CpuBackend::Flex.device(),
-        &settings,
-    )
-    .unwrap();
+    let device = CpuBackend::Flex.device();
+    let again = vramfit::inference::eval::evaluate(&trained.model, Arc::new(val), pipeline, &device, &settings);
+    let again = pollster::block_on(again).unwrap();
     assert!((again.top1 - top1).abs() < 1e-6, "{} against {top1}", again.top1);
 }
 
@@ -111,6 +106,29 @@ fn in_memory_training_stops_at_the_step_cap_and_at_a_stop() {
     assert_eq!((end.stopped, end.global_step, end.epochs_completed, epoch_ends), (true, 4, 1, 1));
 }
 
+/// The app predicts with the model its in-memory run kept: two files, a text file (refused,
+/// named) and a browser drop's bytes.
+fn predicts_files_and_dropped_bytes(harness: &mut egui_kittest::Harness<'_, VramfitApp>, dir: &Path) {
+    // Images predicted with the model the run kept: files, and a browser drop's bytes.
+    let pngs = bundled_test_pngs(&dir.join("images"), 2);
+    let mut images: Vec<PathBuf> = pngs.read_dir().unwrap().map(|e| e.unwrap().path()).collect();
+    let text = dir.join("notes.txt");
+    std::fs::write(&text, "not an image\n").unwrap();
+    images.push(text);
+    let dropped = std::fs::read(&images[0]).unwrap();
+    harness.state_mut().apply(Command::Predict(images));
+    let input = vramfit::data::dataset::SampleSource::Encoded { path: "dropped.png".into(), bytes: dropped.into() };
+    harness.state_mut().apply(Command::PredictImages(vec![input]));
+    step_until(harness, "the predictions", |a| !a.busy() && a.predictions().len() == 4);
+    for p in harness.state().predictions() {
+        match (&p.result, p.path.ends_with("notes.txt")) {
+            (Err(e), true) => assert!(e.contains("notes.txt"), "{e}"),
+            (Ok(top), false) => assert!(top.len() == 5 && top[0].probability >= top[4].probability, "{top:?}"),
+            other => panic!("{}: {other:?}", p.path.display()),
+        }
+    }
+}
+
 /// The app as the browser page runs it (`AppOptions::in_memory`), on the GPU as the page does
 /// (lavapipe in CI; flex where there is no adapter): Train runs the capped run in memory, its
 /// steps and memory samples reach the plots, the status says it stopped at the cap, Resume says
@@ -144,24 +162,7 @@ fn gui_trains_in_memory_as_the_browser_app_does() {
     assert!(app.status().starts_with("stopped at step 4"), "{}", app.status());
     assert!(app.evaluation().is_some_and(|e| e.samples == bundled().val.samples.len()));
     assert!(!dir.path().join("runs").exists(), "a run kept in memory writes no folder");
-    // Images predicted with the model the run kept: files, and a browser drop's bytes.
-    let pngs = bundled_test_pngs(&dir.path().join("images"), 2);
-    let mut images: Vec<PathBuf> = pngs.read_dir().unwrap().map(|e| e.unwrap().path()).collect();
-    let text = dir.path().join("notes.txt");
-    std::fs::write(&text, "not an image\n").unwrap();
-    images.push(text);
-    let dropped = std::fs::read(&images[0]).unwrap();
-    harness.state_mut().apply(Command::Predict(images));
-    let input = vramfit::engine::session::ImageInput { path: "dropped.png".into(), bytes: Some(dropped) };
-    harness.state_mut().apply(Command::PredictImages(vec![input]));
-    step_until(&mut harness, "the predictions", |a| !a.busy() && a.predictions().len() == 4);
-    for p in harness.state().predictions() {
-        match (&p.result, p.path.ends_with("notes.txt")) {
-            (Err(e), true) => assert!(e.contains("notes.txt"), "{e}"),
-            (Ok(top), false) => assert!(top.len() == 5 && top[0].probability >= top[4].probability, "{top:?}"),
-            other => panic!("{}: {other:?}", p.path.display()),
-        }
-    }
+    predicts_files_and_dropped_bytes(&mut harness, dir.path());
     harness.state_mut().apply(Command::Resume);
     assert!(harness.state().error().is_some_and(|e| e.contains("Resume needs a run folder")));
     // Export: downloads exist in a browser only; a folder gets every file.

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use super::{
     Dataset, IGNORED_DANGLING, IGNORED_EXTENSION, IGNORED_JUNK, Sample, SampleSource, ScanOptions, ScanReport,
-    has_image_extension, is_junk,
+    has_image_extension, holds_only_runs, is_junk, is_run_folder,
 };
 use crate::engine::error::{Error, Result};
 
@@ -121,6 +121,8 @@ fn walk_class(
         let path = entry.path();
         if is_junk(&name) {
             report.ignored.push((path, IGNORED_JUNK));
+        } else if path.is_dir() && is_run_folder(&path) {
+            report.run_folders.push(path);
         } else if path.is_dir() {
             walk_class(&path, (root, class), files, visited, report);
         } else if path.is_file() && has_image_extension(&path) {
@@ -156,6 +158,8 @@ fn sort_root_entries(root: &Path, entries: std::fs::ReadDir, report: &mut ScanRe
             report.ignored.push((path, IGNORED_JUNK));
         } else if link_inside && path.is_dir() {
             report.symlink_loops.push(path);
+        } else if path.is_dir() && holds_only_runs(&path) {
+            report.run_folders.push(path);
         } else if path.is_dir() && entry.file_name().to_str().is_none() {
             found.not_utf8.push(path);
         } else if path.is_dir() {

@@ -11,9 +11,10 @@ use std::sync::Arc;
 #[cfg(not(target_arch = "wasm32"))]
 use std::time::SystemTime;
 
-use super::{ImageInput, Job, JobOutput, PredictedFile, THUMBNAIL_SIZE};
+use super::{Job, JobOutput, PredictedFile, THUMBNAIL_SIZE};
 #[cfg(not(target_arch = "wasm32"))]
 use super::{Report, ReportQueue};
+use crate::data::dataset::SampleSource;
 #[cfg(not(target_arch = "wasm32"))]
 use crate::device::DeviceChoice;
 use crate::engine::error::{Error, Result};
@@ -148,16 +149,16 @@ pub(super) async fn run_async(job: Job, sink: EventSink<'_>, stop: &StopSignal) 
 /// error.
 #[cfg(not(target_arch = "wasm32"))]
 fn predict_file(predictor: &Predictor, path: PathBuf, top_k: usize, thumbnails: bool) -> PredictedFile {
-    pollster::block_on(predict_image(predictor, ImageInput { path, bytes: None }, top_k, thumbnails))
+    pollster::block_on(predict_image(predictor, SampleSource::File(path), top_k, thumbnails))
 }
 
 /// Decodes (from its file or its bytes), predicts and (when asked) thumbnails one image; a bad
 /// image gets its reason, not an error. The device read is awaited (a page runs meanwhile).
-async fn predict_image(predictor: &Predictor, input: ImageInput, top_k: usize, thumbnails: bool) -> PredictedFile {
-    let ImageInput { path, bytes } = input;
-    let loaded = match &bytes {
-        Some(b) => predictor.decode_image(b, &path),
-        None => predictor.load_image(&path),
+async fn predict_image(predictor: &Predictor, source: SampleSource, top_k: usize, thumbnails: bool) -> PredictedFile {
+    let loaded = predictor.decode(&source);
+    let path = match source {
+        SampleSource::File(path) | SampleSource::Encoded { path, .. } => path,
+        SampleSource::Idx { index, .. } => format!("idx image #{index}").into(),
     };
     let thumbnail = loaded
         .as_ref()
