@@ -49,9 +49,10 @@ fn private_runtime_dir() {
         }
         let uid = std::fs::metadata("/proc/self").map_or(0, |m| m.uid());
         let dir = std::env::temp_dir().join(format!("vramfit-runtime-{uid}"));
-        let ready = std::fs::create_dir_all(&dir)
-            .and_then(|()| std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)))
-            .is_ok();
+        let _ = std::fs::create_dir(&dir);
+        // Used only when it is a real folder (not a link someone else planted) of this user's.
+        let ours = std::fs::symlink_metadata(&dir).is_ok_and(|m| m.is_dir() && m.uid() == uid);
+        let ready = ours && std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).is_ok();
         if ready {
             // SAFETY: called first thing in main, before any thread exists, so no other thread
             // can read the environment while it changes.

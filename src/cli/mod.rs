@@ -350,7 +350,9 @@ mod tests {
         assert_eq!((c.data.preprocess.crop_size, c.data.preprocess.mode), (24, PreprocessMode::Crop));
         assert_eq!((c.memory.memory_budget_bytes, c.train.precision), (1 << 30, Precision::F16));
         // Flags that only agree together are validated together, in any order.
-        let c = config_from(&["--crop-size=40", "--set=data.preprocess.load_size=40"]).unwrap();
+        let both = ["--preprocess=resize_and_crop", "--crop-size=40", "--set=data.preprocess.load_size=40"];
+        assert!(config_from(&both[..2]).is_err(), "a crop over the load size alone is refused");
+        let c = config_from(&both).unwrap();
         assert_eq!((c.data.preprocess.load_size, c.data.preprocess.crop_size), (40, 40));
         let err = config_from(&["--batch-size=0"]).unwrap_err().to_string();
         assert!(err.contains("batch_size"), "{err}");

@@ -21,7 +21,7 @@ impl Config {
     /// [`Error::Config`] (source `--resume`) naming the first key of
     /// [`Self::FROZEN_ON_RESUME`] whose value differs: the run cannot continue under it.
     pub fn changes_on_resume(&self, next: &Config) -> Result<Vec<String>> {
-        let (old, new) = (leaves(self), leaves(next));
+        let (old, new) = (leaves(self)?, leaves(next)?);
         let differs = |key: &str| {
             let under = |(k, _): &&(String, String)| k == key || k.starts_with(&format!("{key}."));
             !old.iter().filter(under).eq(new.iter().filter(under))
@@ -48,7 +48,11 @@ impl Config {
 }
 
 /// Every leaf of `config` as (dotted key, TOML value text), in key order.
-fn leaves(config: &Config) -> Vec<(String, String)> {
+///
+/// # Errors
+/// [`Error::Config`] when the config has no TOML form (a value TOML cannot hold): nothing can
+/// be compared, so nothing is let through.
+fn leaves(config: &Config) -> Result<Vec<(String, String)>> {
     fn walk(prefix: &str, value: &toml::Value, out: &mut Vec<(String, String)>) {
         match value.as_table() {
             Some(table) => {
@@ -60,11 +64,13 @@ fn leaves(config: &Config) -> Vec<(String, String)> {
             None => out.push((prefix.to_string(), value.to_string())),
         }
     }
+    let root = toml::Value::try_from(config).map_err(|e| Error::Config {
+        source_name: "--resume".into(),
+        message: format!("the config cannot be compared: {e}"),
+    })?;
     let mut out = Vec::new();
-    if let Ok(root) = toml::Value::try_from(config) {
-        walk("", &root, &mut out);
-    }
-    out
+    walk("", &root, &mut out);
+    Ok(out)
 }
 
 /// The value of a dotted key as TOML text (`None` when the key does not exist).
@@ -103,5 +109,9 @@ mod tests {
         let mut other_seed = stored.clone();
         other_seed.seed += 1;
         assert!(stored.changes_on_resume(&other_seed).unwrap_err().to_string().contains("seed cannot change"));
+        // A frozen key deep in a table is caught too.
+        let mut other_mean = stored.clone();
+        other_mean.data.mean[0] += 0.1;
+        assert!(stored.changes_on_resume(&other_mean).unwrap_err().to_string().contains("data.mean cannot change"));
     }
 }

@@ -290,8 +290,21 @@ impl TrainingSpec {
     }
 
     /// The parent's first line to the child (without the newline).
-    pub fn job_line(&self) -> String {
-        format!("{JOB_PREFIX}{}", serde_json::to_string(self).unwrap_or_default())
+    ///
+    /// # Errors
+    /// [`Error::Worker`] naming the folder when a path is not valid UTF-8 (JSON carries text
+    /// only): rename it, or move the data or the run folder to a path that is.
+    pub fn job_line(&self) -> Result<String> {
+        let json = serde_json::to_string(self).map_err(|e| {
+            let paths = [Some(&self.out_dir), self.data_dir.as_ref()];
+            let bad = paths.into_iter().flatten().find(|p| p.to_str().is_none());
+            let named = bad.map_or_else(|| e.to_string(), |p| format!("{} is not valid UTF-8", p.display()));
+            Error::Worker(format!(
+                "cannot pass the run to the training process: {named}; rename the folder or choose one whose \
+                 path is valid UTF-8"
+            ))
+        })?;
+        Ok(format!("{JOB_PREFIX}{json}"))
     }
 
     /// Child side: the spec in the parent's first line.
@@ -322,7 +335,8 @@ pub struct WorkerJob {
 /// ended.
 ///
 /// # Errors
-/// [`Error::Io`] when the process cannot be started; [`Error::Worker`] when it is lost.
+/// [`Error::Io`] when the process cannot be started; [`Error::Worker`] when it is lost, or
+/// the run cannot be written as its job line ([`TrainingSpec::job_line`]).
 pub fn supervise_with(
     job: &WorkerJob,
     on_output: &mut dyn FnMut(Output),
@@ -330,13 +344,14 @@ pub fn supervise_with(
     budget: &LiveBudget,
 ) -> Result<End> {
     let spec = &job.spec;
+    let job_line = spec.job_line()?;
     let io = |e: std::io::Error| Error::io(&spec.out_dir, format!("cannot start the training process: {e}"));
     let (tx, output) = std::sync::mpsc::channel();
     let gpu = matches!(spec.device, DeviceChoice::Gpu(_));
     let args: [OsString; 2] = ["train".into(), "--worker".into()];
     let mut process =
         WorkerProcess::spawn(&job.launch.exe, &args, &job.launch.env, &spec.out_dir, gpu, tx, || {}).map_err(io)?;
-    process.send(&spec.job_line());
+    process.send(&job_line);
     let (mut budget_sent, mut stop_sent) = (spec.config.memory.memory_budget_bytes, None);
     loop {
         match output.recv_timeout(std::time::Duration::from_millis(50)) {
@@ -438,4 +453,37 @@ fn signal_of(status: &ExitStatus) -> Option<i32> {
 #[cfg(not(unix))]
 fn signal_of(_status: &ExitStatus) -> Option<i32> {
     None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_job_line_reads_back_as_the_same_run_and_other_lines_are_refused() {
+        let mut config = Config::default();
+        config.train.epochs = 7;
+        let spec = TrainingSpec {
+            data_dir: Some("/data/Fotos März".into()),
+            resume: true,
+            max_steps: Some(12),
+            auto_fit: true,
+            ..TrainingSpec::new(config, DeviceChoice::Gpu(Some(1)), "runs/a b".into())
+        };
+        let line = spec.job_line().unwrap();
+        assert!(line.starts_with(JOB_PREFIX) && !line.contains('\n'), "{line}");
+        assert_eq!(TrainingSpec::from_job_line(&format!("{line}\n")).unwrap(), spec);
+        let err = TrainingSpec::from_job_line("stop").unwrap_err().to_string();
+        assert!(err.contains("reads its job from its parent"), "{err}");
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn a_path_that_is_not_utf8_is_named_not_sent_empty() {
+        use std::os::unix::ffi::OsStrExt;
+        let out = PathBuf::from(std::ffi::OsStr::from_bytes(b"/runs/M\xe4rz"));
+        let spec = TrainingSpec::new(Config::default(), DeviceChoice::Gpu(None), out);
+        let err = spec.job_line().unwrap_err().to_string();
+        assert!(err.contains("is not valid UTF-8") && err.contains("/runs/M"), "{err}");
+    }
 }

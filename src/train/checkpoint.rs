@@ -19,23 +19,35 @@ use crate::engine::error::{Error, Result};
 use crate::model::Classifier;
 use crate::train::precision::LossScaler;
 
-/// Where a run stands.
+/// Where a run stands (`state.json` of each checkpoint). The fields a later version added have
+/// defaults, so a checkpoint written before them still resumes and exports: no split (1), no
+/// loss scaling (a resume in f16 starts a new scaler), no batch of the epoch done, no best
+/// accuracy yet.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct TrainState {
     /// Epoch in progress (0-based).
     pub epoch: usize,
     /// Loader batches of that epoch already trained on.
+    #[serde(default)]
     pub batches_done_in_epoch: usize,
     /// Optimizer steps taken so far.
     pub global_step: usize,
     /// f16 loss-scale state.
+    #[serde(default = "LossScaler::disabled")]
     pub scaler: LossScaler,
     /// How many pieces each loader batch is split into (grows when memory forces it).
+    #[serde(default = "one")]
     pub split_factor: usize,
     /// Best validation accuracy so far, 0..1.
+    #[serde(default)]
     pub best_val_accuracy: f32,
     /// Class names, label order.
     pub class_names: Vec<String>,
+}
+
+/// [`TrainState::split_factor`]'s default: batches not split.
+fn one() -> usize {
+    1
 }
 
 /// Deletes the `.NAME.tmp` files that an interrupted [`write_atomic`] left in a run folder, its

@@ -34,7 +34,17 @@ pub(super) async fn run(
     stop: &StopSignal,
 ) -> Result<Ended> {
     let started = Instant::now();
-    if let Store::Folder { out, .. } = options.store {
+    if let Store::Folder { out, resume, .. } = options.store {
+        if resume {
+            // What the client asked to change, checked against the run before anything else
+            // (a key that shapes the network is refused, not met later as a plan or data error)
+            // and before anything in the folder changes; the run's own adjustments below are
+            // announced by themselves.
+            let (stored, _notes) = crate::train::run_dir::load_config(out)?;
+            for change in stored.changes_on_resume(options.config)? {
+                sink(Event::Info(format!("resume: {change} (applied)")));
+            }
+        }
         crate::train::run_dir::create(out, &splits.root)?;
     }
     let config = check_data_and_precision(&options, device, splits, sink)?;

@@ -62,12 +62,18 @@ pub fn create(out: &Path, data: &Path) -> Result<()> {
         });
     }
     std::fs::create_dir_all(out).map_err(|e| Error::io(out, e))?;
+    // Created only if missing (two processes may start in one folder at once; the run lock
+    // decides between them later): a marker needs no atomic write, any content marks.
     let marker = out.join(crate::data::dataset::RUN_MARKER);
-    if !marker.is_file() {
-        let note = "a vramfit run folder: output, not data (dataset scans skip this folder)\n";
-        crate::atomic_file::write_atomic(&marker, note.as_bytes())?;
+    match std::fs::OpenOptions::new().write(true).create_new(true).open(&marker) {
+        Ok(mut file) => {
+            use std::io::Write;
+            let note = "a vramfit run folder: output, not data (dataset scans skip this folder)\n";
+            file.write_all(note.as_bytes()).map_err(|e| Error::io(&marker, e))
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
+        Err(e) => Err(Error::io(&marker, e)),
     }
-    Ok(())
 }
 
 /// `path` made absolute and resolved as far as it exists (a run folder may not exist yet).

@@ -27,12 +27,9 @@ impl Run<'_> {
         }
         let lock = checkpoint::RunLock::acquire(out)?;
         if resume {
-            // A folder of a newer format, or a change the run cannot continue under, is refused
-            // before anything in it changes (the client that read its config has shown the notes).
-            let (stored, _notes) = run_dir::load_config(out)?;
-            for change in stored.changes_on_resume(&self.config)? {
-                sink(Event::Info(format!("resume: {change} (applied)")));
-            }
+            // A folder of a newer format is refused before anything in it changes (the client that
+            // read its config has shown the notes).
+            run_dir::check_manifest(out)?;
         }
         let leftovers = checkpoint::remove_temporaries(out);
         if leftovers > 0 {

@@ -185,7 +185,10 @@ fn c09_checking_bombs_keeps_resident_memory_under_200_mb() {
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "check-data failed: {stdout} {}", String::from_utf8_lossy(&out.stderr));
+    // One class of one usable image: the whole report, then exit 1 (training would stop).
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "check-data: {stdout} {stderr}");
+    assert!(stdout.contains("training would stop") && stderr.contains("would stop"), "{stdout} {stderr}");
     assert!(stdout.contains("3 files would be skipped"), "{stdout}");
     let peak_mb: f64 = stdout
         .lines()

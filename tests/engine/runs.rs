@@ -454,3 +454,39 @@ fn c36_numbers_out_of_proportion_to_the_dataset_are_clamped_or_refused() {
     assert!(!ok && log.contains("0 steps would train nothing"), "{log}");
     assert!(!steps0.exists(), "a refused command writes no run folder");
 }
+
+/// A checkpoint written before `state.json` had `split_factor`, `scaler` and
+/// `best_val_accuracy` (its checksums made for that file): export and resume both read it,
+/// taking the documented defaults, instead of failing with "missing field".
+#[test]
+fn a_checkpoint_from_before_later_state_fields_resumes_and_exports() {
+    use vramfit::train::checkpoint::FileChecksum;
+    let data = cases().join("C19/dataset");
+    let dir = tempfile::tempdir().unwrap();
+    let run = dir.path().join("run");
+    let (ok, log) = cli_train(&data, &run, &["--epochs", "2"]);
+    assert!(ok, "{log}");
+    for step in ["step-00000001", "step-00000002"] {
+        let ckpt = run.join("checkpoints").join(step);
+        let mut state: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(ckpt.join("state.json")).unwrap()).unwrap();
+        for key in ["split_factor", "scaler", "best_val_accuracy"] {
+            assert!(state.as_object_mut().unwrap().remove(key).is_some(), "{key} in {state}");
+        }
+        let bytes = serde_json::to_vec(&state).unwrap();
+        std::fs::write(ckpt.join("state.json"), &bytes).unwrap();
+        let sums_path = ckpt.join("checksums.json");
+        let mut sums: serde_json::Value = serde_json::from_slice(&std::fs::read(&sums_path).unwrap()).unwrap();
+        sums["state.json"] = serde_json::to_value(FileChecksum::of(&bytes)).unwrap();
+        std::fs::write(&sums_path, serde_json::to_vec(&sums).unwrap()).unwrap();
+    }
+    let export = dir.path().join("export");
+    let args =
+        [std::ffi::OsStr::new("export"), "--run".as_ref(), run.as_os_str(), "--out".as_ref(), export.as_os_str()];
+    let (code, log) = vramfit_cli_env(&args, None);
+    assert_eq!(code, Some(0), "{log}");
+    assert!(export.join("model.bpk").is_file());
+    let (ok, log) = cli_train(&data, &run, &["--resume", "--epochs", "3"]);
+    assert!(ok && !log.contains("damaged"), "{log}");
+    assert_eq!(metric_steps(&run), [1, 2, 3]);
+}
