@@ -32,8 +32,6 @@
 #![allow(deprecated)]
 
 use burn::backend::AutodiffBackend;
-#[cfg(not(target_arch = "wasm32"))]
-use burn::backend::NdArray;
 use burn::backend::autodiff::checkpoint::base::Checkpointer;
 use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
 use burn::backend::autodiff::grads::Gradients;
@@ -41,14 +39,12 @@ use burn::backend::autodiff::ops::{Backward, Ops, OpsKind};
 use burn::backend::autodiff::{Autodiff, NodeId};
 use burn::backend::tensor::FloatTensor;
 use burn::backend::wgpu::CubeBackend;
-use burn::backend::{Backend, Dispatch, Flex, TensorMetadata, backend_extension};
+use burn::backend::{Backend, Dispatch, ExtensionType, TensorMetadata, backend_extension};
 use burn::nn::GroupNorm;
 use burn::tensor::ops::ConvOptions;
 use burn::tensor::{DType, Tensor};
 
-use crate::kernels::cpu_tensor::flex;
-#[cfg(not(target_arch = "wasm32"))]
-use crate::kernels::cpu_tensor::nd;
+use crate::kernels::cpu_tensor::{ConvNormSettings, CpuTensors, LayerTensors};
 use crate::kernels::gelu::runs_on_cpu_backend;
 use crate::kernels::group_norm_gelu::cpu::Groups;
 use crate::kernels::group_norm_gelu::{cpu_affine_params, group_norm_gelu};
@@ -110,12 +106,7 @@ fn takes_own_kernel(x: &Tensor<4>, weight: &Tensor<4>, stride: usize) -> bool {
 /// `conv2d` everywhere, for measuring). Any value other than `burn` or `own` is ignored with a
 /// warning.
 pub(crate) fn own_kernels_enabled() -> bool {
-    let own = crate::kernels::measuring_switch::measuring_switch("VRAMFIT_DEPTHWISE", "burn or own", |v| match v {
-        "burn" => Some(false),
-        "own" => Some(true),
-        _ => None,
-    });
-    own.unwrap_or(true)
+    crate::kernels::measuring_switch::unless_off("VRAMFIT_DEPTHWISE", "burn", "own")
 }
 
 /// Whether f32 depthwise convolutions on a wgpu device compiling WGSL run the WGSL kernels in
@@ -152,70 +143,54 @@ pub fn depthwise_conv3x3_group_norm_gelu(
     let Some((gamma, beta)) = fused else {
         return group_norm_gelu(depthwise_conv3x3(x, weight, stride), norm);
     };
+    let layer =
+        LayerTensors { weight: weight.into_dispatch(), gamma: gamma.into_dispatch(), beta: beta.into_dispatch() };
+    let settings = ConvNormSettings { stride, num_groups: norm.num_groups, epsilon: norm.epsilon };
     Tensor::from_dispatch(<Dispatch as CpuDepthwiseGroupNormGelu>::cpu_depthwise3x3_group_norm_gelu(
         x.into_dispatch(),
-        weight.into_dispatch(),
-        gamma.into_dispatch(),
-        beta.into_dispatch(),
-        stride,
-        norm.num_groups,
-        norm.epsilon,
+        layer,
+        settings,
     ))
 }
 
 /// The fused inference op's backend extension (no autodiff: training takes the two ops).
 #[backend_extension(Flex, NdArray: cfg(not(target_arch = "wasm32")))]
 pub trait CpuDepthwiseGroupNormGelu: Backend {
-    /// Shapes: `x` `[B, C, H, W]`, `weight` `[C, 1, 3, 3]`, `gamma` and `beta` `[C]` ->
-    /// `[B, C, H', W']`.
-    #[allow(clippy::too_many_arguments)] // the two ops' arguments
+    /// Shapes: `x` `[B, C, H, W]`, `layer`'s weight `[C, 1, 3, 3]`, its `gamma` and `beta` `[C]`
+    /// -> `[B, C, H', W']`.
     fn cpu_depthwise3x3_group_norm_gelu(
         x: FloatTensor<Self>,
-        weight: FloatTensor<Self>,
-        gamma: FloatTensor<Self>,
-        beta: FloatTensor<Self>,
-        stride: usize,
-        num_groups: usize,
-        epsilon: f64,
+        #[extension_type] layer: LayerTensors<Self>,
+        settings: ConvNormSettings,
     ) -> FloatTensor<Self>;
 }
 
-impl CpuDepthwiseGroupNormGelu for Flex {
+/// The CPU kernel ([`cpu::forward_group_norm_gelu`]), written once for both CPU backends.
+impl<B: CpuTensors> CpuDepthwiseGroupNormGelu for B {
     fn cpu_depthwise3x3_group_norm_gelu(
         x: FloatTensor<Self>,
-        weight: FloatTensor<Self>,
-        gamma: FloatTensor<Self>,
-        beta: FloatTensor<Self>,
-        stride: usize,
-        num_groups: usize,
-        epsilon: f64,
+        layer: LayerTensors<Self>,
+        s: ConvNormSettings,
     ) -> FloatTensor<Self> {
-        let [x, weight, gamma, beta] = [&x, &weight, &gamma, &beta].map(flex::contiguous);
-        let geom = Geometry::of(flex::dims(&x), stride);
-        let groups = Groups::of(&geom.out_dims(), num_groups, epsilon);
-        let params = (flex::f32s(&gamma), flex::f32s(&beta));
-        let out = forward_group_norm_gelu(&geom, &groups, flex::f32s(&x), flex::f32s(&weight), params);
-        flex::tensor_of_shape(out, geom.out_dims().to_vec())
+        let [x, weight, gamma, beta] = [&x, &layer.weight, &layer.gamma, &layer.beta].map(B::contiguous);
+        let geom = Geometry::of(B::dims(&x), s.stride);
+        let groups = Groups::of(&geom.out_dims(), s.num_groups, s.epsilon);
+        let norm = (&groups, (B::values(&gamma), B::values(&beta)));
+        let out = forward_group_norm_gelu(&geom, B::values(&x), B::values(&weight), norm);
+        B::tensor(out, &geom.out_dims())
     }
 }
 
-#[cfg(not(target_arch = "wasm32"))]
-impl CpuDepthwiseGroupNormGelu for NdArray {
-    fn cpu_depthwise3x3_group_norm_gelu(
-        x: FloatTensor<Self>,
-        weight: FloatTensor<Self>,
-        gamma: FloatTensor<Self>,
-        beta: FloatTensor<Self>,
-        stride: usize,
-        num_groups: usize,
-        epsilon: f64,
-    ) -> FloatTensor<Self> {
-        let [x, weight, gamma, beta] = [&x, &weight, &gamma, &beta].map(nd::contiguous);
-        let geom = Geometry::of(&x.1, stride);
-        let groups = Groups::of(&geom.out_dims(), num_groups, epsilon);
-        let out = forward_group_norm_gelu(&geom, &groups, &x.0, &weight.0, (&gamma.0, &beta.0));
-        nd::tensor(out, &geom.out_dims())
-    }
+/// The depthwise convolution's tensors: the input `x` (`[B, C, H, W]`) and the `weight`
+/// (`[C, 1, 3, 3]`), as [`Depthwise3x3::depthwise3x3_backward`] takes them and returns their
+/// gradients `(dx, dweight)`, with the same shapes.
+#[derive(ExtensionType)]
+#[extension_type(fusion)]
+pub struct ConvOperands<B: Backend> {
+    /// The input (or its gradient), `[B, C, H, W]`.
+    pub x: FloatTensor<B>,
+    /// The filters (or their gradient), `[C, 1, 3, 3]`.
+    pub weight: FloatTensor<B>,
 }
 
 /// The backend extension: the CPU kernels here on flex and ndarray, the WGSL kernels ([`wgsl`])
@@ -225,54 +200,28 @@ pub trait Depthwise3x3: Backend {
     /// The convolution. Shapes: `x` `[B, C, H, W]`, `weight` `[C, 1, 3, 3]` -> `[B, C, H', W']`.
     #[fusion(dtype = x, shape = burn::tensor::Shape::new(Geometry::of(x, *stride).out_dims()))]
     fn depthwise3x3(x: FloatTensor<Self>, weight: FloatTensor<Self>, stride: usize) -> FloatTensor<Self>;
-    /// `(dx, dweight)` for the output gradient `grad` (`[B, C, H', W']`).
-    #[fusion(meta = |x, weight, _grad, _stride| (x.clone(), weight.clone()))]
+    /// `(dx, dweight)` for the output gradient `grad` (`[B, C, H', W']`), shaped as `t`'s.
+    #[fusion(meta = |t, _grad, _stride| t.clone())]
     fn depthwise3x3_backward(
-        x: FloatTensor<Self>,
-        weight: FloatTensor<Self>,
+        #[extension_type] t: ConvOperands<Self>,
         grad: FloatTensor<Self>,
         stride: usize,
-    ) -> (FloatTensor<Self>, FloatTensor<Self>);
+    ) -> ConvOperands<Self>;
 }
 
-impl Depthwise3x3 for Flex {
+/// The CPU kernels ([`cpu`]), written once for both CPU backends.
+impl<B: CpuTensors> Depthwise3x3 for B {
     fn depthwise3x3(x: FloatTensor<Self>, weight: FloatTensor<Self>, stride: usize) -> FloatTensor<Self> {
-        let [x, weight] = [&x, &weight].map(flex::contiguous);
-        let geom = Geometry::of(flex::dims(&x), stride);
-        flex::tensor_of_shape(forward(&geom, flex::f32s(&x), flex::f32s(&weight)), geom.out_dims().to_vec())
+        let [x, weight] = [&x, &weight].map(B::contiguous);
+        let geom = Geometry::of(B::dims(&x), stride);
+        B::tensor(forward(&geom, B::values(&x), B::values(&weight)), &geom.out_dims())
     }
 
-    fn depthwise3x3_backward(
-        x: FloatTensor<Self>,
-        weight: FloatTensor<Self>,
-        grad: FloatTensor<Self>,
-        stride: usize,
-    ) -> (FloatTensor<Self>, FloatTensor<Self>) {
-        let [x, weight, grad] = [&x, &weight, &grad].map(flex::contiguous);
-        let geom = Geometry::of(flex::dims(&x), stride);
-        let (dx, dw) = backward(&geom, flex::f32s(&x), flex::f32s(&weight), flex::f32s(&grad));
-        (flex::tensor(dx, &x), flex::tensor(dw, &weight))
-    }
-}
-
-#[cfg(not(target_arch = "wasm32"))]
-impl Depthwise3x3 for NdArray {
-    fn depthwise3x3(x: FloatTensor<Self>, weight: FloatTensor<Self>, stride: usize) -> FloatTensor<Self> {
-        let (x, weight) = (nd::contiguous(&x), nd::contiguous(&weight));
-        let geom = Geometry::of(&x.1, stride);
-        nd::tensor(forward(&geom, &x.0, &weight.0), &geom.out_dims())
-    }
-
-    fn depthwise3x3_backward(
-        x: FloatTensor<Self>,
-        weight: FloatTensor<Self>,
-        grad: FloatTensor<Self>,
-        stride: usize,
-    ) -> (FloatTensor<Self>, FloatTensor<Self>) {
-        let (x, weight, grad) = (nd::contiguous(&x), nd::contiguous(&weight), nd::contiguous(&grad));
-        let geom = Geometry::of(&x.1, stride);
-        let (dx, dw) = backward(&geom, &x.0, &weight.0, &grad.0);
-        (nd::tensor(dx, &x.1), nd::tensor(dw, &weight.1))
+    fn depthwise3x3_backward(t: ConvOperands<Self>, grad: FloatTensor<Self>, stride: usize) -> ConvOperands<Self> {
+        let [x, weight, grad] = [&t.x, &t.weight, &grad].map(B::contiguous);
+        let geom = Geometry::of(B::dims(&x), stride);
+        let (dx, dw) = backward(&geom, B::values(&x), B::values(&weight), B::values(&grad));
+        ConvOperands { x: B::tensor(dx, B::dims(&x)), weight: B::tensor(dw, B::dims(&weight)) }
     }
 }
 
@@ -282,14 +231,10 @@ impl Depthwise3x3 for CubeBackend {
         wgsl::forward(x, weight, &geom)
     }
 
-    fn depthwise3x3_backward(
-        x: FloatTensor<Self>,
-        weight: FloatTensor<Self>,
-        grad: FloatTensor<Self>,
-        stride: usize,
-    ) -> (FloatTensor<Self>, FloatTensor<Self>) {
-        let geom = Geometry::of(&x.shape(), stride);
-        wgsl::backward(x, weight, grad, &geom)
+    fn depthwise3x3_backward(t: ConvOperands<Self>, grad: FloatTensor<Self>, stride: usize) -> ConvOperands<Self> {
+        let geom = Geometry::of(&t.x.shape(), stride);
+        let (x, weight) = wgsl::backward(t.x, t.weight, grad, &geom);
+        ConvOperands { x, weight }
     }
 }
 
@@ -305,8 +250,8 @@ impl<B: Backend + Depthwise3x3> Backward<B, 2> for DepthwiseBackward {
         let (x, weight, stride) = ops.state;
         let x = checkpointer.retrieve_node_output::<B::FloatTensorPrimitive>(x);
         let weight = checkpointer.retrieve_node_output::<B::FloatTensorPrimitive>(weight);
-        let (dx, dw) = B::depthwise3x3_backward(x, weight, grad, stride);
-        for (parent, grad) in ops.parents.into_iter().zip([dx, dw]) {
+        let d = B::depthwise3x3_backward(ConvOperands { x, weight }, grad, stride);
+        for (parent, grad) in ops.parents.into_iter().zip([d.x, d.weight]) {
             if let Some(node) = parent {
                 grads.register::<B>(node.id, grad);
             }
@@ -330,15 +275,10 @@ impl<B: Backend + Depthwise3x3, C: CheckpointStrategy> Depthwise3x3 for Autodiff
 
     /// The inner backend's gradients as untracked tensors: training never calls this (the
     /// backward step above calls the inner kernel), and no second-order gradient flows through it.
-    fn depthwise3x3_backward(
-        x: FloatTensor<Self>,
-        weight: FloatTensor<Self>,
-        grad: FloatTensor<Self>,
-        stride: usize,
-    ) -> (FloatTensor<Self>, FloatTensor<Self>) {
-        let (dx, dw) =
-            B::depthwise3x3_backward(x.into_primitive(), weight.into_primitive(), grad.into_primitive(), stride);
-        (Self::from_inner(dx), Self::from_inner(dw))
+    fn depthwise3x3_backward(t: ConvOperands<Self>, grad: FloatTensor<Self>, stride: usize) -> ConvOperands<Self> {
+        let inner = ConvOperands { x: t.x.into_primitive(), weight: t.weight.into_primitive() };
+        let d = B::depthwise3x3_backward(inner, grad.into_primitive(), stride);
+        ConvOperands { x: Self::from_inner(d.x), weight: Self::from_inner(d.weight) }
     }
 }
 

@@ -259,30 +259,51 @@ pub(crate) fn vector_unit() -> VectorUnit {
     VectorUnit::Portable
 }
 
-/// [`gelu_f32`] on the calling thread.
-fn gelu_f32_serial(x: &[f32], out: &mut [f32]) {
-    match vector_unit() {
+/// A kernel loop to compile once per vector unit: [`run_on`] runs `run::<FMA>` compiled for the
+/// unit given, so that each kernel needs no wrapper of its own per unit. Every impl's `run` is
+/// `#[inline(always)]`, so that it is compiled into [`run_on`]'s wrapper for the unit.
+pub(crate) trait VectorKernel {
+    /// The kernel, with fused multiply-adds where `FMA` ([`madd`]).
+    fn run<const FMA: bool>(self);
+}
+
+/// `kernel.run()` compiled for `unit` (from [`vector_unit`]): with AVX-512 or AVX2 + FMA enabled
+/// where the CPU has them, else the portable form.
+pub(crate) fn run_on<K: VectorKernel>(unit: VectorUnit, kernel: K) {
+    match unit {
         // SAFETY: vector_unit() answers Avx512 only when the CPU has AVX-512F.
         #[cfg(target_arch = "x86_64")]
-        VectorUnit::Avx512 => unsafe { x86::gelu_avx512(x, out) },
+        VectorUnit::Avx512 => unsafe { x86::run_avx512(kernel) },
         // SAFETY: vector_unit() answers Avx2Fma only when the CPU has AVX2 and FMA.
         #[cfg(target_arch = "x86_64")]
-        VectorUnit::Avx2Fma => unsafe { x86::gelu_avx2(x, out) },
-        _ => gelu_portable::<PORTABLE_FMA>(x, out),
+        VectorUnit::Avx2Fma => unsafe { x86::run_avx2(kernel) },
+        _ => kernel.run::<PORTABLE_FMA>(),
     }
+}
+
+/// [`run_on`]'s wrappers for wider vector units.
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    use super::VectorKernel;
+
+    #[target_feature(enable = "avx512f")]
+    pub fn run_avx512<K: VectorKernel>(kernel: K) {
+        kernel.run::<true>();
+    }
+    #[target_feature(enable = "avx2,fma")]
+    pub fn run_avx2<K: VectorKernel>(kernel: K) {
+        kernel.run::<true>();
+    }
+}
+
+/// [`gelu_f32`] on the calling thread.
+fn gelu_f32_serial(x: &[f32], out: &mut [f32]) {
+    run_on(vector_unit(), GeluPass::Forward { x, out });
 }
 
 /// [`gelu_backward_f32`] on the calling thread.
 fn gelu_backward_f32_serial(x: &[f32], grad: &[f32], out: &mut [f32]) {
-    match vector_unit() {
-        // SAFETY: vector_unit() answers Avx512 only when the CPU has AVX-512F.
-        #[cfg(target_arch = "x86_64")]
-        VectorUnit::Avx512 => unsafe { x86::gelu_backward_avx512(x, grad, out) },
-        // SAFETY: vector_unit() answers Avx2Fma only when the CPU has AVX2 and FMA.
-        #[cfg(target_arch = "x86_64")]
-        VectorUnit::Avx2Fma => unsafe { x86::gelu_backward_avx2(x, grad, out) },
-        _ => gelu_backward_portable::<PORTABLE_FMA>(x, grad, out),
-    }
+    run_on(vector_unit(), GeluPass::Backward { x, grad, out });
 }
 
 /// Whether the portable kernels (no run-time detected vector unit) may use fused multiply-adds:
@@ -313,24 +334,21 @@ fn gelu_backward_portable<const FMA: bool>(x: &[f32], grad: &[f32], out: &mut [f
     }
 }
 
-/// The same loops compiled for wider vector units; chosen at run time by the callers above.
-#[cfg(target_arch = "x86_64")]
-mod x86 {
-    #[target_feature(enable = "avx512f")]
-    pub fn gelu_avx512(x: &[f32], out: &mut [f32]) {
-        super::gelu_portable::<true>(x, out);
-    }
-    #[target_feature(enable = "avx2,fma")]
-    pub fn gelu_avx2(x: &[f32], out: &mut [f32]) {
-        super::gelu_portable::<true>(x, out);
-    }
-    #[target_feature(enable = "avx512f")]
-    pub fn gelu_backward_avx512(x: &[f32], grad: &[f32], out: &mut [f32]) {
-        super::gelu_backward_portable::<true>(x, grad, out);
-    }
-    #[target_feature(enable = "avx2,fma")]
-    pub fn gelu_backward_avx2(x: &[f32], grad: &[f32], out: &mut [f32]) {
-        super::gelu_backward_portable::<true>(x, grad, out);
+/// One elementwise pass, for [`run_on`].
+enum GeluPass<'a> {
+    /// `out = gelu(x)` ([`gelu_portable`]).
+    Forward { x: &'a [f32], out: &'a mut [f32] },
+    /// `out = grad gelu'(x)` ([`gelu_backward_portable`]).
+    Backward { x: &'a [f32], grad: &'a [f32], out: &'a mut [f32] },
+}
+
+impl VectorKernel for GeluPass<'_> {
+    #[inline(always)]
+    fn run<const FMA: bool>(self) {
+        match self {
+            GeluPass::Forward { x, out } => gelu_portable::<FMA>(x, out),
+            GeluPass::Backward { x, grad, out } => gelu_backward_portable::<FMA>(x, grad, out),
+        }
     }
 }
 
@@ -481,21 +499,14 @@ mod tests {
         let close = |a: TensorData, b: &TensorData| {
             a.assert_approx_eq::<f32>(b, burn::tensor::Tolerance::absolute(MAX_ABS_ERROR))
         };
-        for base in [Device::flex(), Device::ndarray()] {
-            for checkpointing in [false, true] {
-                let device = if checkpointing {
-                    base.clone().autodiff().gradient_checkpointing()
-                } else {
-                    base.clone().autodiff()
-                };
-                let xt = Tensor::<2>::from_data(x.clone(), &device).require_grad();
-                // `w` is tracked, so the product keeps (or, checkpointing, recomputes) the GELU's
-                // output: the checkpointed run exercises `RetroGelu`.
-                let y = gelu(xt.clone().transpose()) * Tensor::from_data(w.clone(), &device).require_grad();
-                let grads = y.clone().sum().backward();
-                close(y.into_data(), &want_y);
-                close(xt.grad(&grads).expect("grad").into_data(), &want_grad);
-            }
+        for (_, _, device) in crate::kernels::cpu_tensor::test_data::cpu_training_devices() {
+            let xt = Tensor::<2>::from_data(x.clone(), &device).require_grad();
+            // `w` is tracked, so the product keeps (or, checkpointing, recomputes) the GELU's
+            // output: the checkpointed run exercises `RetroGelu`.
+            let y = gelu(xt.clone().transpose()) * Tensor::from_data(w.clone(), &device).require_grad();
+            let grads = y.clone().sum().backward();
+            close(y.into_data(), &want_y);
+            close(xt.grad(&grads).expect("grad").into_data(), &want_grad);
         }
     }
 }

@@ -39,8 +39,6 @@
 use std::marker::PhantomData;
 
 use burn::backend::AutodiffBackend;
-#[cfg(not(target_arch = "wasm32"))]
-use burn::backend::NdArray;
 use burn::backend::autodiff::checkpoint::base::Checkpointer;
 use burn::backend::autodiff::checkpoint::retro_forward::RetroForward;
 use burn::backend::autodiff::checkpoint::state::BackwardStates;
@@ -50,13 +48,11 @@ use burn::backend::autodiff::ops::{Backward, Ops, OpsKind};
 use burn::backend::autodiff::{Autodiff, NodeId};
 use burn::backend::tensor::FloatTensor;
 use burn::backend::wgpu::CubeBackend;
-use burn::backend::{Backend, Dispatch, Flex, TensorMetadata, backend_extension};
+use burn::backend::{Backend, Dispatch, ExtensionType, TensorMetadata, backend_extension};
 use burn::nn::GroupNorm;
 use burn::tensor::{DType, Tensor};
 
-use crate::kernels::cpu_tensor::flex;
-#[cfg(not(target_arch = "wasm32"))]
-use crate::kernels::cpu_tensor::nd;
+use crate::kernels::cpu_tensor::CpuTensors;
 use crate::kernels::gelu::runs_on_cpu_backend;
 
 pub mod cpu;
@@ -77,13 +73,9 @@ pub fn group_norm_gelu(x: Tensor<4>, norm: &GroupNorm) -> Tensor<4> {
     let Some((gamma, beta)) = fused else {
         return crate::kernels::gelu::gelu(norm.forward(x));
     };
-    Tensor::from_dispatch(<Dispatch as FusedGroupNormGelu>::fused_group_norm_gelu(
-        x.into_dispatch(),
-        gamma.into_dispatch(),
-        beta.into_dispatch(),
-        norm.num_groups,
-        norm.epsilon,
-    ))
+    let t = NormOperands { x: x.into_dispatch(), gamma: gamma.into_dispatch(), beta: beta.into_dispatch() };
+    let settings = NormSettings { num_groups: norm.num_groups, epsilon: norm.epsilon };
+    Tensor::from_dispatch(<Dispatch as FusedGroupNormGelu>::fused_group_norm_gelu(t, settings))
 }
 
 /// Whether `x` (f32, with `norm`'s affine parameters) runs the fused kernels: on a CPU backend,
@@ -107,13 +99,7 @@ fn takes_fused_kernel(x: &Tensor<4>, norm: &GroupNorm) -> bool {
 /// (burn's ops everywhere, for measuring). Any value other than `burn` or `fused` is ignored
 /// with a warning.
 pub(crate) fn fused_kernels_enabled() -> bool {
-    let fused =
-        crate::kernels::measuring_switch::measuring_switch("VRAMFIT_GROUP_NORM_GELU", "burn or fused", |v| match v {
-            "burn" => Some(false),
-            "fused" => Some(true),
-            _ => None,
-        });
-    fused.unwrap_or(true)
+    crate::kernels::measuring_switch::unless_off("VRAMFIT_GROUP_NORM_GELU", "burn", "fused")
 }
 
 /// Whether f32 GroupNorm + GELU on a wgpu device compiling WGSL runs the WGSL kernels in this
@@ -142,123 +128,114 @@ pub(crate) fn cpu_affine_params(norm: &GroupNorm, channels: usize) -> Option<(Te
     fits.then_some((gamma, beta))
 }
 
+/// GroupNorm + GELU's tensors: the input `x` (`[B, C, ...]`) and the affine parameters `gamma`
+/// and `beta` (`[C]` each), as [`FusedGroupNormGelu`] takes them; its backward op returns their
+/// gradients `(dx, dγ, dβ)` in the same form, with the same shapes.
+#[derive(ExtensionType)]
+#[extension_type(fusion)]
+pub struct NormOperands<B: Backend> {
+    /// The input (or its gradient), `[B, C, ...]`.
+    pub x: FloatTensor<B>,
+    /// The scale `γ` (or its gradient), `[C]`.
+    pub gamma: FloatTensor<B>,
+    /// The shift `β` (or its gradient), `[C]`.
+    pub beta: FloatTensor<B>,
+}
+
+impl<B: Backend> NormOperands<B> {
+    /// From `[x, gamma, beta]`.
+    pub fn from_array([x, gamma, beta]: [FloatTensor<B>; 3]) -> Self {
+        Self { x, gamma, beta }
+    }
+
+    /// `[x, gamma, beta]`.
+    pub fn into_array(self) -> [FloatTensor<B>; 3] {
+        [self.x, self.gamma, self.beta]
+    }
+}
+
+/// A GroupNorm's settings besides its tensors.
+#[derive(Clone, Copy, Debug)]
+pub struct NormSettings {
+    /// Groups per sample (dividing `C`).
+    pub num_groups: usize,
+    /// Added to the variance, as burn-nn's `epsilon`.
+    pub epsilon: f64,
+}
+
+impl NormSettings {
+    /// How a tensor of `dims` (`[B, C, ...]`) splits into this norm's groups.
+    fn groups(self, dims: &[usize]) -> Groups {
+        Groups::of(dims, self.num_groups, self.epsilon)
+    }
+}
+
 /// The backend extension: the fused forward and its gradients on the CPU backends and on a wgpu
 /// device ([`wgsl`]), f32 only ([`group_norm_gelu`] checks the dtype and the device).
 #[backend_extension(Flex, NdArray: cfg(not(target_arch = "wasm32")), Cube, Fusion, Autodiff)]
 pub trait FusedGroupNormGelu: Backend {
-    /// `gelu(γ xhat + β)`. Shapes: `x` `[B, C, ...]`, `gamma` and `beta` `[C]` -> `x`'s.
-    #[fusion(dtype = x, shape = x)]
-    fn fused_group_norm_gelu(
-        x: FloatTensor<Self>,
-        gamma: FloatTensor<Self>,
-        beta: FloatTensor<Self>,
-        num_groups: usize,
-        epsilon: f64,
-    ) -> FloatTensor<Self>;
-    /// `(dx, dγ, dβ)` for the output gradient `grad` (`x`'s shape); shapes as the inputs'.
-    #[fusion(meta = |x, gamma, beta, _grad, _num_groups, _epsilon| (x.clone(), gamma.clone(), beta.clone()))]
+    /// `gelu(γ xhat + β)` of `t`'s tensors -> `x`'s shape.
+    #[fusion(meta = |t, _norm| t.x.clone())]
+    fn fused_group_norm_gelu(#[extension_type] t: NormOperands<Self>, norm: NormSettings) -> FloatTensor<Self>;
+    /// `(dx, dγ, dβ)` for the output gradient `grad` (`x`'s shape), each shaped as its input.
+    #[fusion(meta = |t, _grad, _norm| t.clone())]
     fn fused_group_norm_gelu_backward(
-        x: FloatTensor<Self>,
-        gamma: FloatTensor<Self>,
-        beta: FloatTensor<Self>,
+        #[extension_type] t: NormOperands<Self>,
         grad: FloatTensor<Self>,
-        num_groups: usize,
-        epsilon: f64,
-    ) -> (FloatTensor<Self>, FloatTensor<Self>, FloatTensor<Self>);
+        norm: NormSettings,
+    ) -> NormOperands<Self>;
 }
 
-impl FusedGroupNormGelu for Flex {
-    fn fused_group_norm_gelu(
-        x: FloatTensor<Self>,
-        gamma: FloatTensor<Self>,
-        beta: FloatTensor<Self>,
-        num_groups: usize,
-        epsilon: f64,
-    ) -> FloatTensor<Self> {
-        let mut x = x;
-        let [gamma, beta] = [&gamma, &beta].map(flex::contiguous);
-        let groups = Groups::of(flex::dims(&x), num_groups, epsilon);
+/// The CPU kernels ([`cpu`]), written once for both CPU backends.
+impl<B: CpuTensors> FusedGroupNormGelu for B {
+    fn fused_group_norm_gelu(t: NormOperands<Self>, norm: NormSettings) -> FloatTensor<Self> {
+        let NormOperands { mut x, gamma, beta } = t;
+        let [gamma, beta] = [&gamma, &beta].map(B::contiguous);
+        let (gamma, beta) = (B::values(&gamma), B::values(&beta));
+        let dims = x.shape();
+        let groups = norm.groups(&dims);
         // At inference nothing else holds the convolution's output: normalize it where it lies
-        // (no new buffer to allocate and fill). Training keeps its input for the backward pass.
-        if let Some(values) = flex::unique_f32s_mut(&mut x) {
-            forward_in_place(&groups, values, flex::f32s(&gamma), flex::f32s(&beta));
+        // (no new buffer to allocate and fill; flex only). Training keeps its input for the
+        // backward pass.
+        if let Some(values) = B::unique_f32s_mut(&mut x) {
+            forward_in_place(&groups, values, gamma, beta);
             return x;
         }
-        let x = flex::contiguous(&x);
-        let mut out = flex::f32s(&x).to_vec();
-        forward_in_place(&groups, &mut out, flex::f32s(&gamma), flex::f32s(&beta));
-        flex::tensor(out, &x)
+        let mut out = B::into_values(B::contiguous(&x));
+        forward_in_place(&groups, &mut out, gamma, beta);
+        B::tensor(out, &dims)
     }
 
     fn fused_group_norm_gelu_backward(
-        x: FloatTensor<Self>,
-        gamma: FloatTensor<Self>,
-        beta: FloatTensor<Self>,
+        t: NormOperands<Self>,
         grad: FloatTensor<Self>,
-        num_groups: usize,
-        epsilon: f64,
-    ) -> (FloatTensor<Self>, FloatTensor<Self>, FloatTensor<Self>) {
-        let [x, gamma, beta, grad] = [&x, &gamma, &beta, &grad].map(flex::contiguous);
-        let groups = Groups::of(flex::dims(&x), num_groups, epsilon);
-        let grads = backward(&groups, flex::f32s(&x), flex::f32s(&gamma), flex::f32s(&beta), flex::f32s(&grad));
-        (flex::tensor(grads.x, &x), flex::tensor(grads.gamma, &gamma), flex::tensor(grads.beta, &beta))
-    }
-}
-
-#[cfg(not(target_arch = "wasm32"))]
-impl FusedGroupNormGelu for NdArray {
-    fn fused_group_norm_gelu(
-        x: FloatTensor<Self>,
-        gamma: FloatTensor<Self>,
-        beta: FloatTensor<Self>,
-        num_groups: usize,
-        epsilon: f64,
-    ) -> FloatTensor<Self> {
-        let (x, gamma, beta) = (nd::contiguous(&x), nd::contiguous(&gamma), nd::contiguous(&beta));
-        let groups = Groups::of(&x.1, num_groups, epsilon);
-        let mut out = x.0.into_owned();
-        forward_in_place(&groups, &mut out, &gamma.0, &beta.0);
-        nd::tensor(out, &x.1)
-    }
-
-    fn fused_group_norm_gelu_backward(
-        x: FloatTensor<Self>,
-        gamma: FloatTensor<Self>,
-        beta: FloatTensor<Self>,
-        grad: FloatTensor<Self>,
-        num_groups: usize,
-        epsilon: f64,
-    ) -> (FloatTensor<Self>, FloatTensor<Self>, FloatTensor<Self>) {
-        let (x, gamma, beta, grad) =
-            (nd::contiguous(&x), nd::contiguous(&gamma), nd::contiguous(&beta), nd::contiguous(&grad));
-        let groups = Groups::of(&x.1, num_groups, epsilon);
-        let grads = backward(&groups, &x.0, &gamma.0, &beta.0, &grad.0);
-        (nd::tensor(grads.x, &x.1), nd::tensor(grads.gamma, &gamma.1), nd::tensor(grads.beta, &beta.1))
+        norm: NormSettings,
+    ) -> NormOperands<Self> {
+        let [x, gamma, beta, grad] = [&t.x, &t.gamma, &t.beta, &grad].map(B::contiguous);
+        let groups = norm.groups(B::dims(&x));
+        let grads = backward(&groups, B::values(&x), B::values(&gamma), B::values(&beta), B::values(&grad));
+        NormOperands {
+            x: B::tensor(grads.x, B::dims(&x)),
+            gamma: B::tensor(grads.gamma, B::dims(&gamma)),
+            beta: B::tensor(grads.beta, B::dims(&beta)),
+        }
     }
 }
 
 impl FusedGroupNormGelu for CubeBackend {
-    fn fused_group_norm_gelu(
-        x: FloatTensor<Self>,
-        gamma: FloatTensor<Self>,
-        beta: FloatTensor<Self>,
-        num_groups: usize,
-        epsilon: f64,
-    ) -> FloatTensor<Self> {
-        let groups = Groups::of(&x.shape(), num_groups, epsilon);
-        wgsl::forward(x, gamma, beta, &groups)
+    fn fused_group_norm_gelu(t: NormOperands<Self>, norm: NormSettings) -> FloatTensor<Self> {
+        let groups = norm.groups(&t.x.shape());
+        wgsl::forward(t.x, t.gamma, t.beta, &groups)
     }
 
     fn fused_group_norm_gelu_backward(
-        x: FloatTensor<Self>,
-        gamma: FloatTensor<Self>,
-        beta: FloatTensor<Self>,
+        t: NormOperands<Self>,
         grad: FloatTensor<Self>,
-        num_groups: usize,
-        epsilon: f64,
-    ) -> (FloatTensor<Self>, FloatTensor<Self>, FloatTensor<Self>) {
-        let groups = Groups::of(&x.shape(), num_groups, epsilon);
-        wgsl::backward(x, gamma, beta, grad, &groups)
+        norm: NormSettings,
+    ) -> NormOperands<Self> {
+        let groups = norm.groups(&t.x.shape());
+        let (x, gamma, beta) = wgsl::backward(t.x, t.gamma, t.beta, grad, &groups);
+        NormOperands { x, gamma, beta }
     }
 }
 
@@ -267,23 +244,21 @@ impl FusedGroupNormGelu for CubeBackend {
 #[derive(Debug)]
 struct RetroGroupNormGelu<B> {
     inputs: [NodeId; 3],
-    num_groups: usize,
-    epsilon: f64,
+    norm: NormSettings,
     backend: PhantomData<B>,
 }
 
 impl<B: Backend + FusedGroupNormGelu> RetroForward for RetroGroupNormGelu<B> {
     fn forward(&self, states: &mut BackwardStates, out_node: NodeId) {
-        let [x, gamma, beta] = self.inputs.map(|id| states.get_state::<B::FloatTensorPrimitive>(&id));
-        states.save(out_node, B::fused_group_norm_gelu(x, gamma, beta, self.num_groups, self.epsilon));
+        let inputs = self.inputs.map(|id| states.get_state::<B::FloatTensorPrimitive>(&id));
+        states.save(out_node, B::fused_group_norm_gelu(NormOperands::from_array(inputs), self.norm));
     }
 }
 
 /// The backward step; the state is the three inputs' nodes.
 #[derive(Debug)]
 struct GroupNormGeluBackward {
-    num_groups: usize,
-    epsilon: f64,
+    norm: NormSettings,
 }
 
 impl<B: Backend + FusedGroupNormGelu> Backward<B, 3> for GroupNormGeluBackward {
@@ -291,10 +266,9 @@ impl<B: Backend + FusedGroupNormGelu> Backward<B, 3> for GroupNormGeluBackward {
 
     fn backward(self, ops: Ops<Self::State, 3>, grads: &mut Gradients, checkpointer: &mut Checkpointer) {
         let grad = grads.consume::<B>(&ops.node);
-        let [x, gamma, beta] = ops.state.map(|id| checkpointer.retrieve_node_output::<B::FloatTensorPrimitive>(id));
-        let (dx, dgamma, dbeta) =
-            B::fused_group_norm_gelu_backward(x, gamma, beta, grad, self.num_groups, self.epsilon);
-        for (parent, grad) in ops.parents.into_iter().zip([dx, dgamma, dbeta]) {
+        let inputs = ops.state.map(|id| checkpointer.retrieve_node_output::<B::FloatTensorPrimitive>(id));
+        let input_grads = B::fused_group_norm_gelu_backward(NormOperands::from_array(inputs), grad, self.norm);
+        for (parent, grad) in ops.parents.into_iter().zip(input_grads.into_array()) {
             if let Some(node) = parent {
                 grads.register::<B>(node.id, grad);
             }
@@ -305,66 +279,38 @@ impl<B: Backend + FusedGroupNormGelu> Backward<B, 3> for GroupNormGeluBackward {
 impl<B: Backend + FusedGroupNormGelu, C: CheckpointStrategy> FusedGroupNormGelu for Autodiff<B, C> {
     /// Memory-bound, like burn-autodiff's elementwise ops: the inputs are checkpointed and the
     /// output is recomputed rather than kept when checkpointing asks for it.
-    fn fused_group_norm_gelu(
-        x: FloatTensor<Self>,
-        gamma: FloatTensor<Self>,
-        beta: FloatTensor<Self>,
-        num_groups: usize,
-        epsilon: f64,
-    ) -> FloatTensor<Self> {
-        let retro = RetroGroupNormGelu::<B> {
-            inputs: [x.id(), gamma.id(), beta.id()],
-            num_groups,
-            epsilon,
-            backend: PhantomData,
-        };
-        match (GroupNormGeluBackward { num_groups, epsilon })
-            .prepare::<C>([x.node(), gamma.node(), beta.node()])
+    fn fused_group_norm_gelu(t: NormOperands<Self>, norm: NormSettings) -> FloatTensor<Self> {
+        let inputs = t.into_array();
+        let retro = RetroGroupNormGelu::<B> { inputs: inputs.each_ref().map(|t| t.id()), norm, backend: PhantomData };
+        match (GroupNormGeluBackward { norm })
+            .prepare::<C>(inputs.each_ref().map(|t| t.node()))
             .memory_bound()
             .retro_forward(retro)
-            .parents([&x, &gamma, &beta])
+            .parents(inputs.each_ref())
             .stateful()
         {
             OpsKind::Tracked(mut prep) => {
-                let state = [prep.checkpoint(&x), prep.checkpoint(&gamma), prep.checkpoint(&beta)];
-                let out = B::fused_group_norm_gelu(
-                    x.primitive().clone(),
-                    gamma.primitive().clone(),
-                    beta.primitive().clone(),
-                    num_groups,
-                    epsilon,
-                );
-                prep.finish(state, out)
+                let state = inputs.each_ref().map(|t| prep.checkpoint(t));
+                let inner = inputs.each_ref().map(|t| t.primitive().clone());
+                prep.finish(state, B::fused_group_norm_gelu(NormOperands::from_array(inner), norm))
             }
-            OpsKind::UnTracked(prep) => prep.finish(B::fused_group_norm_gelu(
-                x.into_primitive(),
-                gamma.into_primitive(),
-                beta.into_primitive(),
-                num_groups,
-                epsilon,
-            )),
+            OpsKind::UnTracked(prep) => {
+                let inner = inputs.map(|t| t.into_primitive());
+                prep.finish(B::fused_group_norm_gelu(NormOperands::from_array(inner), norm))
+            }
         }
     }
 
     /// The inner backend's gradients as untracked tensors: training never calls this (the
     /// backward step above calls the inner kernel), and no second-order gradient flows through it.
     fn fused_group_norm_gelu_backward(
-        x: FloatTensor<Self>,
-        gamma: FloatTensor<Self>,
-        beta: FloatTensor<Self>,
+        t: NormOperands<Self>,
         grad: FloatTensor<Self>,
-        num_groups: usize,
-        epsilon: f64,
-    ) -> (FloatTensor<Self>, FloatTensor<Self>, FloatTensor<Self>) {
-        let (dx, dgamma, dbeta) = B::fused_group_norm_gelu_backward(
-            x.into_primitive(),
-            gamma.into_primitive(),
-            beta.into_primitive(),
-            grad.into_primitive(),
-            num_groups,
-            epsilon,
-        );
-        (Self::from_inner(dx), Self::from_inner(dgamma), Self::from_inner(dbeta))
+        norm: NormSettings,
+    ) -> NormOperands<Self> {
+        let inner = NormOperands::from_array(t.into_array().map(|t| t.into_primitive()));
+        let grads = B::fused_group_norm_gelu_backward(inner, grad.into_primitive(), norm);
+        NormOperands::from_array(grads.into_array().map(Self::from_inner))
     }
 }
 

@@ -18,16 +18,12 @@
 // burn-ndarray is deprecated upstream, but it is the CPU fallback users asked for.
 #![allow(deprecated)]
 
-#[cfg(not(target_arch = "wasm32"))]
-use burn::backend::NdArray;
 use burn::backend::tensor::FloatTensor;
-use burn::backend::{Backend, Dispatch, Flex, backend_extension};
+use burn::backend::{Backend, Dispatch, backend_extension};
 use burn::tensor::Tensor;
 use rayon::prelude::*;
 
-use crate::kernels::cpu_tensor::flex;
-#[cfg(not(target_arch = "wasm32"))]
-use crate::kernels::cpu_tensor::nd;
+use crate::kernels::cpu_tensor::{CpuTensors, LayerTensors};
 use crate::kernels::depthwise_conv::cpu::{Geometry, Scratch, forward_group_norm_gelu_channels};
 use crate::kernels::gelu::vector_unit;
 use crate::kernels::group_norm_gelu::cpu::{Groups, forward_group_in_place};
@@ -191,16 +187,13 @@ pub struct BlockSettings {
 /// # Shapes
 /// As [`BlockTensors`] -> `[B, C_out, (H - 1) / stride + 1, (W - 1) / stride + 1]`.
 pub fn ds_block_inference(t: BlockTensors, settings: BlockSettings) -> Tensor<4> {
-    Tensor::from_dispatch(<Dispatch as CpuFusedBlock>::cpu_ds_block(
-        t.x.into_dispatch(),
-        t.dw_weight.into_dispatch(),
-        t.dw_norm.0.into_dispatch(),
-        t.dw_norm.1.into_dispatch(),
-        t.pw_weight.into_dispatch(),
-        t.pw_norm.0.into_dispatch(),
-        t.pw_norm.1.into_dispatch(),
-        settings,
-    ))
+    let layer = |weight: Tensor<4>, (gamma, beta): (Tensor<1>, Tensor<1>)| LayerTensors {
+        weight: weight.into_dispatch(),
+        gamma: gamma.into_dispatch(),
+        beta: beta.into_dispatch(),
+    };
+    let (dw, pw) = (layer(t.dw_weight, t.dw_norm), layer(t.pw_weight, t.pw_norm));
+    Tensor::from_dispatch(<Dispatch as CpuFusedBlock>::cpu_ds_block(t.x.into_dispatch(), dw, pw, settings))
 }
 
 /// Whether a batch of `batch` samples is worth the per-sample fused pass: at least two
@@ -229,13 +222,7 @@ pub fn input_suits(x: &Tensor<4>, precision: crate::config::Precision) -> bool {
 /// `VRAMFIT_GROUP_NORM_GELU=burn`, any `VRAMFIT_POINTWISE`), whose code the passes would
 /// otherwise bypass. Any value other than `layers` or `fused` is ignored with a warning.
 pub fn fused_inference_enabled() -> bool {
-    let fused =
-        crate::kernels::measuring_switch::measuring_switch("VRAMFIT_FUSED_INFERENCE", "layers or fused", |v| match v {
-            "layers" => Some(false),
-            "fused" => Some(true),
-            _ => None,
-        });
-    fused.unwrap_or(true)
+    crate::kernels::measuring_switch::unless_off("VRAMFIT_FUSED_INFERENCE", "layers", "fused")
         && crate::kernels::depthwise_conv::own_kernels_enabled()
         && crate::kernels::group_norm_gelu::fused_kernels_enabled()
         && std::env::var_os("VRAMFIT_POINTWISE").is_none()
@@ -250,16 +237,12 @@ pub fn none_tracked(devices: &[burn::tensor::Device]) -> bool {
 /// The backend extension (no autodiff: training takes the layers op by op).
 #[backend_extension(Flex, NdArray: cfg(not(target_arch = "wasm32")))]
 pub trait CpuFusedBlock: Backend {
-    /// As [`BlockTensors`]' fields, in order -> `[B, C_out, H', W']`.
-    #[allow(clippy::too_many_arguments)] // the block's seven tensors
+    /// As [`BlockTensors`]' fields (`dw` the depthwise layer's weight and norm, `pw` the
+    /// pointwise layer's) -> `[B, C_out, H', W']`.
     fn cpu_ds_block(
         x: FloatTensor<Self>,
-        dw_weight: FloatTensor<Self>,
-        dw_gamma: FloatTensor<Self>,
-        dw_beta: FloatTensor<Self>,
-        pw_weight: FloatTensor<Self>,
-        pw_gamma: FloatTensor<Self>,
-        pw_beta: FloatTensor<Self>,
+        #[extension_type] dw: LayerTensors<Self>,
+        #[extension_type] pw: LayerTensors<Self>,
         settings: BlockSettings,
     ) -> FloatTensor<Self>;
 }
@@ -272,57 +255,24 @@ fn shape_of(x_dims: &[usize], c_out: usize, s: BlockSettings) -> BlockShape {
     BlockShape { dw, dw_groups, pw_groups, residual: s.residual }
 }
 
-impl CpuFusedBlock for Flex {
+/// The block ([`forward`]), written once for both CPU backends.
+impl<B: CpuTensors> CpuFusedBlock for B {
     fn cpu_ds_block(
         x: FloatTensor<Self>,
-        dw_weight: FloatTensor<Self>,
-        dw_gamma: FloatTensor<Self>,
-        dw_beta: FloatTensor<Self>,
-        pw_weight: FloatTensor<Self>,
-        pw_gamma: FloatTensor<Self>,
-        pw_beta: FloatTensor<Self>,
+        dw: LayerTensors<Self>,
+        pw: LayerTensors<Self>,
         settings: BlockSettings,
     ) -> FloatTensor<Self> {
-        let (weights, norms) = ([dw_weight, pw_weight], [dw_gamma, dw_beta, pw_gamma, pw_beta]);
-        let x = flex::contiguous(&x);
-        let [dw_weight, pw_weight] = weights.each_ref().map(flex::contiguous);
-        let norms = norms.each_ref().map(flex::contiguous);
-        let shape = shape_of(flex::dims(&x), flex::dims(&pw_weight)[0], settings);
+        let [x, dw_weight, pw_weight] = [&x, &dw.weight, &pw.weight].map(B::contiguous);
+        let [dw_gamma, dw_beta, pw_gamma, pw_beta] = [&dw.gamma, &dw.beta, &pw.gamma, &pw.beta].map(B::contiguous);
+        let shape = shape_of(B::dims(&x), B::dims(&pw_weight)[0], settings);
         let params = BlockParams {
-            dw_weight: flex::f32s(&dw_weight),
-            dw_norm: (flex::f32s(&norms[0]), flex::f32s(&norms[1])),
-            pw_weight: flex::f32s(&pw_weight),
-            pw_norm: (flex::f32s(&norms[2]), flex::f32s(&norms[3])),
+            dw_weight: B::values(&dw_weight),
+            dw_norm: (B::values(&dw_gamma), B::values(&dw_beta)),
+            pw_weight: B::values(&pw_weight),
+            pw_norm: (B::values(&pw_gamma), B::values(&pw_beta)),
         };
-        let out = forward(&shape, flex::f32s(&x), &params);
-        flex::tensor_of_shape(out, shape.out_dims().to_vec())
-    }
-}
-
-#[cfg(not(target_arch = "wasm32"))]
-impl CpuFusedBlock for NdArray {
-    fn cpu_ds_block(
-        x: FloatTensor<Self>,
-        dw_weight: FloatTensor<Self>,
-        dw_gamma: FloatTensor<Self>,
-        dw_beta: FloatTensor<Self>,
-        pw_weight: FloatTensor<Self>,
-        pw_gamma: FloatTensor<Self>,
-        pw_beta: FloatTensor<Self>,
-        settings: BlockSettings,
-    ) -> FloatTensor<Self> {
-        let (weights, norms) = ([dw_weight, pw_weight], [dw_gamma, dw_beta, pw_gamma, pw_beta]);
-        let x = nd::contiguous(&x);
-        let [dw_weight, pw_weight] = weights.each_ref().map(nd::contiguous);
-        let norms = norms.each_ref().map(nd::contiguous);
-        let shape = shape_of(&x.1, pw_weight.1[0], settings);
-        let params = BlockParams {
-            dw_weight: &dw_weight.0,
-            dw_norm: (&norms[0].0, &norms[1].0),
-            pw_weight: &pw_weight.0,
-            pw_norm: (&norms[2].0, &norms[3].0),
-        };
-        let out = forward(&shape, &x.0, &params);
-        nd::tensor(out, &shape.out_dims())
+        let out = forward(&shape, B::values(&x), &params);
+        B::tensor(out, &shape.out_dims())
     }
 }

@@ -11,16 +11,12 @@
 // burn-ndarray is deprecated upstream, but it is the CPU fallback users asked for.
 #![allow(deprecated)]
 
-#[cfg(not(target_arch = "wasm32"))]
-use burn::backend::NdArray;
 use burn::backend::tensor::FloatTensor;
-use burn::backend::{Backend, Dispatch, Flex, backend_extension};
+use burn::backend::{Backend, Dispatch, backend_extension};
 use burn::tensor::Tensor;
 use rayon::prelude::*;
 
-use crate::kernels::cpu_tensor::flex;
-#[cfg(not(target_arch = "wasm32"))]
-use crate::kernels::cpu_tensor::nd;
+use crate::kernels::cpu_tensor::{ConvNormSettings, CpuTensors, LayerTensors};
 use crate::kernels::gelu::vector_unit;
 use crate::kernels::group_norm_gelu::cpu::Groups;
 use crate::model::fused_block::product_group_norm_gelu;
@@ -47,19 +43,14 @@ impl StemShape {
 }
 
 /// `gelu(group_norm(conv3x3(x, weight)))` for contiguous `x` (`[B, C_in, H, W]`), `weight`
-/// (`[C_out, C_in, 3, 3]`) and `(γ, β)` (`[C_out]` each), `groups` over the output; one rayon
-/// task per sample.
+/// (`[C_out, C_in, 3, 3]`) and `norm`'s `(γ, β)` (`[C_out]` each), its groups over the output;
+/// one rayon task per sample.
 ///
 /// # Panics
 /// If a slice's length does not match `shape`, or the shape has an empty dim (the caller,
 /// [`stem_inference`], builds it from the tensors and checks them).
-pub fn forward(
-    shape: &StemShape,
-    groups: &Groups,
-    x: &[f32],
-    weight: &[f32],
-    (gamma, beta): (&[f32], &[f32]),
-) -> Vec<f32> {
+pub fn forward(shape: &StemShape, x: &[f32], weight: &[f32], norm: (&Groups, (&[f32], &[f32]))) -> Vec<f32> {
+    let (_, (gamma, beta)) = norm;
     let [b, c_in, h, w] = shape.in_dims;
     let [_, c_out, oh, ow] = shape.out_dims();
     let (k, ohw) = (c_in * 9, oh * ow);
@@ -74,7 +65,7 @@ pub fn forward(
         || vec![0f32; k * ohw],
         |columns, (out, x)| {
             windows_as_columns(x, shape, columns);
-            product_group_norm_gelu(unit, weight, columns, ohw, (groups, (gamma, beta)), out);
+            product_group_norm_gelu(unit, weight, columns, ohw, norm, out);
         },
     );
     out
@@ -119,24 +110,10 @@ pub fn stem_inference(
     num_groups: usize,
     epsilon: f64,
 ) -> Tensor<4> {
-    Tensor::from_dispatch(<Dispatch as CpuFusedStem>::cpu_stem(
-        x.into_dispatch(),
-        weight.into_dispatch(),
-        gamma.into_dispatch(),
-        beta.into_dispatch(),
-        StemSettings { stride, num_groups, epsilon },
-    ))
-}
-
-/// The stem's settings besides its tensors.
-#[derive(Clone, Copy, Debug)]
-pub struct StemSettings {
-    /// The convolution's stride both ways.
-    pub stride: usize,
-    /// GroupNorm groups (dividing `C_out`).
-    pub num_groups: usize,
-    /// GroupNorm's epsilon.
-    pub epsilon: f64,
+    let layer =
+        LayerTensors { weight: weight.into_dispatch(), gamma: gamma.into_dispatch(), beta: beta.into_dispatch() };
+    let settings = ConvNormSettings { stride, num_groups, epsilon };
+    Tensor::from_dispatch(<Dispatch as CpuFusedStem>::cpu_stem(x.into_dispatch(), layer, settings))
 }
 
 /// The backend extension (no autodiff: training takes the layers op by op).
@@ -145,48 +122,25 @@ pub trait CpuFusedStem: Backend {
     /// As [`stem_inference`].
     fn cpu_stem(
         x: FloatTensor<Self>,
-        weight: FloatTensor<Self>,
-        gamma: FloatTensor<Self>,
-        beta: FloatTensor<Self>,
-        settings: StemSettings,
+        #[extension_type] layer: LayerTensors<Self>,
+        settings: ConvNormSettings,
     ) -> FloatTensor<Self>;
 }
 
-fn shape_of(x_dims: &[usize], out_channels: usize, s: StemSettings) -> (StemShape, Groups) {
+fn shape_of(x_dims: &[usize], out_channels: usize, s: ConvNormSettings) -> (StemShape, Groups) {
     let in_dims: [usize; 4] = x_dims.try_into().expect("the stem takes [B, C, H, W]");
     let shape = StemShape { in_dims, out_channels, stride: s.stride };
     let groups = Groups::of(&shape.out_dims(), s.num_groups, s.epsilon);
     (shape, groups)
 }
 
-impl CpuFusedStem for Flex {
-    fn cpu_stem(
-        x: FloatTensor<Self>,
-        weight: FloatTensor<Self>,
-        gamma: FloatTensor<Self>,
-        beta: FloatTensor<Self>,
-        settings: StemSettings,
-    ) -> FloatTensor<Self> {
-        let [x, weight, gamma, beta] = [&x, &weight, &gamma, &beta].map(flex::contiguous);
-        let (shape, groups) = shape_of(flex::dims(&x), flex::dims(&weight)[0], settings);
-        let norm = (flex::f32s(&gamma), flex::f32s(&beta));
-        let out = forward(&shape, &groups, flex::f32s(&x), flex::f32s(&weight), norm);
-        flex::tensor_of_shape(out, shape.out_dims().to_vec())
-    }
-}
-
-#[cfg(not(target_arch = "wasm32"))]
-impl CpuFusedStem for NdArray {
-    fn cpu_stem(
-        x: FloatTensor<Self>,
-        weight: FloatTensor<Self>,
-        gamma: FloatTensor<Self>,
-        beta: FloatTensor<Self>,
-        settings: StemSettings,
-    ) -> FloatTensor<Self> {
-        let [x, weight, gamma, beta] = [&x, &weight, &gamma, &beta].map(nd::contiguous);
-        let (shape, groups) = shape_of(&x.1, weight.1[0], settings);
-        let out = forward(&shape, &groups, &x.0, &weight.0, (&gamma.0, &beta.0));
-        nd::tensor(out, &shape.out_dims())
+/// The stem ([`forward`]), written once for both CPU backends.
+impl<B: CpuTensors> CpuFusedStem for B {
+    fn cpu_stem(x: FloatTensor<Self>, layer: LayerTensors<Self>, settings: ConvNormSettings) -> FloatTensor<Self> {
+        let [x, weight, gamma, beta] = [&x, &layer.weight, &layer.gamma, &layer.beta].map(B::contiguous);
+        let (shape, groups) = shape_of(B::dims(&x), B::dims(&weight)[0], settings);
+        let norm = (&groups, (B::values(&gamma), B::values(&beta)));
+        let out = forward(&shape, B::values(&x), B::values(&weight), norm);
+        B::tensor(out, &shape.out_dims())
     }
 }

@@ -5,7 +5,7 @@
 
 use rayon::prelude::*;
 
-use crate::kernels::gelu::{PORTABLE_FMA, VectorUnit, madd, vector_unit};
+use crate::kernels::gelu::{VectorKernel, VectorUnit, madd, run_on, vector_unit};
 use crate::kernels::group_norm_gelu::cpu::{Groups, forward_group_in_place};
 
 /// Sizes of one convolution and of its phase planes.
@@ -85,16 +85,17 @@ pub fn forward(geom: &Geometry, x: &[f32], weight: &[f32]) -> Vec<f32> {
     out
 }
 
-/// `gelu(group_norm(forward(x, weight)))` with `groups` (over the output's dims) and `(γ, β)`:
-/// one task per run of (sample, group)s, each group's planes convolved and then normalized in
-/// place ([`crate::kernels::group_norm_gelu::cpu::forward_group_in_place`]) while they are in cache.
+/// `gelu(group_norm(forward(x, weight)))` with `norm`'s groups (over the output's dims) and
+/// `(γ, β)` (`[C]` each): one task per run of (sample, group)s, each group's planes convolved
+/// and then normalized in place ([`crate::kernels::group_norm_gelu::cpu::forward_group_in_place`])
+/// while they are in cache.
 pub fn forward_group_norm_gelu(
     geom: &Geometry,
-    groups: &Groups,
     x: &[f32],
     weight: &[f32],
-    (gamma, beta): (&[f32], &[f32]),
+    norm: (&Groups, (&[f32], &[f32])),
 ) -> Vec<f32> {
+    let (groups, (gamma, beta)) = norm;
     let (h, w) = geom.in_hw;
     let (oh, ow) = geom.out_hw;
     let mut out = vec![0f32; geom.batch * geom.channels * oh * ow];
@@ -199,41 +200,29 @@ pub(crate) struct Scratch {
 
 /// One plane, compiled for `unit`.
 pub(super) fn dispatch(unit: VectorUnit, plane: Plane<'_>, geom: &Geometry, scratch: &mut Scratch) {
-    match unit {
-        // SAFETY: vector_unit() answers Avx512 only when the CPU has AVX-512F.
-        #[cfg(target_arch = "x86_64")]
-        VectorUnit::Avx512 => unsafe { x86::plane_avx512(plane, geom, scratch) },
-        // SAFETY: vector_unit() answers Avx2Fma only when the CPU has AVX2 and FMA.
-        #[cfg(target_arch = "x86_64")]
-        VectorUnit::Avx2Fma => unsafe { x86::plane_avx2(plane, geom, scratch) },
-        _ => run_plane::<PORTABLE_FMA>(plane, geom, scratch),
-    }
+    run_on(unit, PlaneTask { plane, geom, scratch });
 }
 
-/// [`run_plane`] compiled for wider vector units; chosen at run time above.
-#[cfg(target_arch = "x86_64")]
-mod x86 {
-    use super::{Geometry, Plane, Scratch};
-    #[target_feature(enable = "avx512f")]
-    pub fn plane_avx512(plane: Plane<'_>, geom: &Geometry, scratch: &mut Scratch) {
-        super::run_plane::<true>(plane, geom, scratch);
-    }
-    #[target_feature(enable = "avx2,fma")]
-    pub fn plane_avx2(plane: Plane<'_>, geom: &Geometry, scratch: &mut Scratch) {
-        super::run_plane::<true>(plane, geom, scratch);
-    }
+/// One plane with its task's geometry and scratch, for [`run_on`].
+struct PlaneTask<'a, 'p> {
+    plane: Plane<'p>,
+    geom: &'a Geometry,
+    scratch: &'a mut Scratch,
 }
 
-#[inline(always)]
-pub(super) fn run_plane<const FMA: bool>(plane: Plane<'_>, geom: &Geometry, scratch: &mut Scratch) {
-    match (plane, geom.stride) {
-        (Plane::Forward { x, weight, out }, 1) => forward_plane::<FMA, 1>(x, weight, out, geom, scratch),
-        (Plane::Forward { x, weight, out }, _) => forward_plane::<FMA, 2>(x, weight, out, geom, scratch),
-        (Plane::Backward { x, dy, weight, dx, dw }, 1) => {
-            backward_plane::<FMA, 1>(x, dy, weight, dx, dw, geom, scratch)
-        }
-        (Plane::Backward { x, dy, weight, dx, dw }, _) => {
-            backward_plane::<FMA, 2>(x, dy, weight, dx, dw, geom, scratch)
+impl VectorKernel for PlaneTask<'_, '_> {
+    #[inline(always)]
+    fn run<const FMA: bool>(self) {
+        let (geom, scratch) = (self.geom, self.scratch);
+        match (self.plane, geom.stride) {
+            (Plane::Forward { x, weight, out }, 1) => forward_plane::<FMA, 1>(x, weight, out, geom, scratch),
+            (Plane::Forward { x, weight, out }, _) => forward_plane::<FMA, 2>(x, weight, out, geom, scratch),
+            (Plane::Backward { x, dy, weight, dx, dw }, 1) => {
+                backward_plane::<FMA, 1>(x, dy, weight, dx, dw, geom, scratch)
+            }
+            (Plane::Backward { x, dy, weight, dx, dw }, _) => {
+                backward_plane::<FMA, 2>(x, dy, weight, dx, dw, geom, scratch)
+            }
         }
     }
 }

@@ -1,7 +1,7 @@
 use super::*;
 use burn::tensor::{Device, TensorData, Tolerance};
 
-use crate::kernels::cpu_tensor::test_data::normal;
+use crate::kernels::cpu_tensor::test_data::{cpu_training_devices, normal};
 
 /// Values and both gradients of `sum(conv(x, w) * g)` on `device`.
 /// With `strided`, `x` holds `[B, C, W, H]` and the convolution sees it transposed (a
@@ -42,20 +42,13 @@ fn depthwise_matches_burn_conv2d() {
             let x = normal(&dims, 0.0, 1.0, i as u64);
             for stride in [1, 2] {
                 let want = run(&flex.clone().autodiff(), &x, &weight, stride, false, strided);
-                for base in [Device::flex(), Device::ndarray()] {
-                    for checkpointing in [false, true] {
-                        let device = if checkpointing {
-                            base.clone().autodiff().gradient_checkpointing()
-                        } else {
-                            base.clone().autodiff()
-                        };
-                        let got = run(&device, &x, &weight, stride, true, strided);
-                        for (what, (got, want)) in ["y", "dx", "dw"].iter().zip(got.iter().zip(&want)) {
-                            eprintln!(
-                                "{what}: {h}x{w} (strided {strided}), stride {stride}, {base:?}, checkpointing {checkpointing}"
-                            );
-                            got.assert_approx_eq::<f32>(want, Tolerance::absolute(tol).set_relative(tol));
-                        }
+                for (base, checkpointing, device) in cpu_training_devices() {
+                    let got = run(&device, &x, &weight, stride, true, strided);
+                    for (what, (got, want)) in ["y", "dx", "dw"].iter().zip(got.iter().zip(&want)) {
+                        eprintln!(
+                            "{what}: {h}x{w} (strided {strided}), stride {stride}, {base:?}, checkpointing {checkpointing}"
+                        );
+                        got.assert_approx_eq::<f32>(want, Tolerance::absolute(tol).set_relative(tol));
                     }
                 }
             }

@@ -4,7 +4,7 @@
 
 use rayon::prelude::*;
 
-use crate::kernels::gelu::{PORTABLE_FMA, VectorUnit, cdf_and_density, madd, vector_unit};
+use crate::kernels::gelu::{VectorKernel, VectorUnit, cdf_and_density, madd, run_on, vector_unit};
 
 /// How a `[B, C, ...]` tensor splits into groups: `B * G` contiguous runs of `n` elements, each
 /// `C / G` channels of `hw` elements.
@@ -125,8 +125,8 @@ pub fn backward(groups: &Groups, x: &[f32], gamma: &[f32], beta: &[f32], grad: &
             .for_each(|(i, (((dx, x), dy), (sum_dp, sum_dp_xhat)))| {
                 let first = (i % groups.groups) * cpg;
                 let params = (&gamma[first..first + cpg], &beta[first..first + cpg]);
-                let sums = (sum_dp, sum_dp_xhat);
-                dispatch_backward(unit, x, dy, params, groups.hw, groups.epsilon, dx, sums);
+                let (hw, eps) = (groups.hw, groups.epsilon);
+                run_on(unit, GroupBackward { x, dy, params, hw, eps, dx, sums: (sum_dp, sum_dp_xhat) });
             });
     }
     let mut dgamma = vec![0f32; c];
@@ -143,74 +143,42 @@ pub fn backward(groups: &Groups, x: &[f32], gamma: &[f32], beta: &[f32], grad: &
 /// One group's forward in place (`cpg` channels of `hw` values, `params` their γ and β),
 /// compiled for `unit`; the depthwise convolution's fused form calls it on each group it writes.
 pub(crate) fn forward_group_in_place(unit: VectorUnit, xy: &mut [f32], params: (&[f32], &[f32]), hw: usize, eps: f32) {
-    match unit {
-        // SAFETY: vector_unit() answers Avx512 only when the CPU has AVX-512F.
-        #[cfg(target_arch = "x86_64")]
-        VectorUnit::Avx512 => unsafe { x86::forward_avx512(xy, params, hw, eps) },
-        // SAFETY: vector_unit() answers Avx2Fma only when the CPU has AVX2 and FMA.
-        #[cfg(target_arch = "x86_64")]
-        VectorUnit::Avx2Fma => unsafe { x86::forward_avx2(xy, params, hw, eps) },
-        _ => forward_group::<PORTABLE_FMA>(xy, params, hw, eps),
-    }
+    run_on(unit, ForwardGroup { xy, params, hw, eps });
 }
 
-/// One group's backward, compiled for `unit`.
-#[allow(clippy::too_many_arguments)] // the group's slices, as the kernel takes them
-pub(super) fn dispatch_backward(
-    unit: VectorUnit,
-    x: &[f32],
-    dy: &[f32],
-    params: (&[f32], &[f32]),
+/// [`forward_group`]'s operands, for [`run_on`].
+struct ForwardGroup<'a> {
+    xy: &'a mut [f32],
+    params: (&'a [f32], &'a [f32]),
     hw: usize,
     eps: f32,
-    dx: &mut [f32],
-    sums: (&mut [f32], &mut [f32]),
-) {
-    match unit {
-        // SAFETY: vector_unit() answers Avx512 only when the CPU has AVX-512F.
-        #[cfg(target_arch = "x86_64")]
-        VectorUnit::Avx512 => unsafe { x86::backward_avx512(x, dy, params, hw, eps, dx, sums) },
-        // SAFETY: vector_unit() answers Avx2Fma only when the CPU has AVX2 and FMA.
-        #[cfg(target_arch = "x86_64")]
-        VectorUnit::Avx2Fma => unsafe { x86::backward_avx2(x, dy, params, hw, eps, dx, sums) },
-        _ => backward_group::<PORTABLE_FMA>(x, dy, params, hw, eps, dx, sums),
+}
+
+impl VectorKernel for ForwardGroup<'_> {
+    #[inline(always)]
+    fn run<const FMA: bool>(self) {
+        forward_group::<FMA>(self.xy, self.params, self.hw, self.eps);
     }
 }
 
-/// The same group kernels compiled for wider vector units; chosen at run time above.
-#[cfg(target_arch = "x86_64")]
-mod x86 {
-    #[target_feature(enable = "avx512f")]
-    pub fn forward_avx512(xy: &mut [f32], params: (&[f32], &[f32]), hw: usize, eps: f32) {
-        super::forward_group::<true>(xy, params, hw, eps);
-    }
-    #[target_feature(enable = "avx2,fma")]
-    pub fn forward_avx2(xy: &mut [f32], params: (&[f32], &[f32]), hw: usize, eps: f32) {
-        super::forward_group::<true>(xy, params, hw, eps);
-    }
-    #[target_feature(enable = "avx512f")]
-    pub fn backward_avx512(
-        x: &[f32],
-        dy: &[f32],
-        params: (&[f32], &[f32]),
-        hw: usize,
-        eps: f32,
-        dx: &mut [f32],
-        sums: (&mut [f32], &mut [f32]),
-    ) {
-        super::backward_group::<true>(x, dy, params, hw, eps, dx, sums);
-    }
-    #[target_feature(enable = "avx2,fma")]
-    pub fn backward_avx2(
-        x: &[f32],
-        dy: &[f32],
-        params: (&[f32], &[f32]),
-        hw: usize,
-        eps: f32,
-        dx: &mut [f32],
-        sums: (&mut [f32], &mut [f32]),
-    ) {
-        super::backward_group::<true>(x, dy, params, hw, eps, dx, sums);
+/// One group's operands for the backward kernel ([`backward_group`], run by [`run_on`]): what
+/// it reads, `x`, `dy` (`C/G * hw` each, channels of `hw` elements) and the group's channels'
+/// `(γ, β)`, the norm's `eps`, and what it writes, `dx` (as `x`) and per channel
+/// `(Σ dp, Σ dp xhat)`.
+pub(super) struct GroupBackward<'a> {
+    pub x: &'a [f32],
+    pub dy: &'a [f32],
+    pub params: (&'a [f32], &'a [f32]),
+    pub hw: usize,
+    pub eps: f32,
+    pub dx: &'a mut [f32],
+    pub sums: (&'a mut [f32], &'a mut [f32]),
+}
+
+impl VectorKernel for GroupBackward<'_> {
+    #[inline(always)]
+    fn run<const FMA: bool>(self) {
+        backward_group::<FMA>(self);
     }
 }
 
@@ -259,15 +227,8 @@ pub(super) fn forward_group<const FMA: bool>(xy: &mut [f32], (gamma, beta): (&[f
 
 /// One group's input gradient into `dx`, and per channel `Σ dp` and `Σ dp xhat` into `sums`.
 #[inline(always)]
-pub(super) fn backward_group<const FMA: bool>(
-    x: &[f32],
-    dy: &[f32],
-    (gamma, beta): (&[f32], &[f32]),
-    hw: usize,
-    eps: f32,
-    dx: &mut [f32],
-    (sum_dp, sum_dp_xhat): (&mut [f32], &mut [f32]),
-) {
+pub(super) fn backward_group<const FMA: bool>(group: GroupBackward<'_>) {
+    let GroupBackward { x, dy, params: (gamma, beta), hw, eps, dx, sums: (sum_dp, sum_dp_xhat) } = group;
     let (mean, rstd) = mean_rstd(x, eps);
     let n = x.len() as f32;
     // Pass 1: dp = dy gelu'(p) into dx; per-channel sums.

@@ -2,7 +2,7 @@ use super::*;
 use burn::nn::GroupNormConfig;
 use burn::tensor::{Device, TensorData, Tolerance};
 
-use crate::kernels::cpu_tensor::test_data::normal;
+use crate::kernels::cpu_tensor::test_data::{cpu_training_devices, normal};
 
 /// Values and the input, γ and β gradients of `sum(act(x) * w)` on `device`, `act` the fused
 /// op or burn-nn's GroupNorm (3 groups) + burn's exact GELU.
@@ -43,19 +43,12 @@ fn group_norm_gelu_matches_burn_nn() {
             normal(&[2, 12, 5, 7], 0.0, 1.0, 4),
         ];
         let want = run(&flex.clone().autodiff(), &inputs, false, strided);
-        for base in [Device::flex(), Device::ndarray()] {
-            for checkpointing in [false, true] {
-                let device = if checkpointing {
-                    base.clone().autodiff().gradient_checkpointing()
-                } else {
-                    base.clone().autodiff()
-                };
-                let got = run(&device, &inputs, true, strided);
-                for (what, (got, want)) in ["value", "dx", "dgamma", "dbeta"].iter().zip(got.iter().zip(&want)) {
-                    // Sums over 140 (dx) and 70 (dγ, dβ over the batch) f32 terms.
-                    eprintln!("{what} on {base:?}, checkpointing {checkpointing}, strided {strided}");
-                    got.assert_approx_eq::<f32>(want, Tolerance::absolute(2e-5).set_relative(1e-4));
-                }
+        for (base, checkpointing, device) in cpu_training_devices() {
+            let got = run(&device, &inputs, true, strided);
+            for (what, (got, want)) in ["value", "dx", "dgamma", "dbeta"].iter().zip(got.iter().zip(&want)) {
+                // Sums over 140 (dx) and 70 (dγ, dβ over the batch) f32 terms.
+                eprintln!("{what} on {base:?}, checkpointing {checkpointing}, strided {strided}");
+                got.assert_approx_eq::<f32>(want, Tolerance::absolute(2e-5).set_relative(1e-4));
             }
         }
     }
