@@ -2,10 +2,15 @@
 //! app applies them after the frame ([`VramfitApp::apply`]), so drawing never starts work and
 //! tests drive the app the way its widgets do.
 
-use super::*;
-use crate::device::SelectedDevice;
+use std::path::PathBuf;
+
+use super::{FRAME_BUDGET_MS, InMemoryTraining, RunHistory, View, VramfitApp, dialogs};
+use crate::config::Config;
+use crate::data::dataset;
+use crate::device::{self, CpuBackend, DeviceChoice, SelectedDevice};
 use crate::engine::session::{Job, JobKind, JobOutput};
 use crate::engine::worker::{TrainingSpec, WorkerJob};
+use crate::memory;
 
 /// One user action.
 #[derive(Clone, Debug, PartialEq)]
@@ -16,6 +21,11 @@ pub enum Command {
     SelectCpuBackend(CpuBackend),
     /// Use a dataset folder, or the bundled subset (`None`).
     SetDataDir(Option<PathBuf>),
+    /// Open the page's folder dialog (Choose folder… in a browser): the picked folder's files
+    /// become the dataset once read ([`Command::UseFiles`]); see
+    /// [`VramfitApp::choose_folder_in_page`].
+    #[cfg(target_arch = "wasm32")]
+    ChooseFolderInPage,
     /// Use a folder's files handed over in memory as the dataset (a page's folder pick: the
     /// folder's name and each file's path within it with its bytes), scanned as a folder is
     /// ([`crate::data::dataset::from_files`]). Such data trains in memory ([`InMemoryTraining`]).
@@ -74,6 +84,8 @@ impl VramfitApp {
             Command::SelectAdapter(a) => self.settings.adapter = a,
             Command::SelectCpuBackend(b) => self.settings.cpu_backend = b,
             Command::SetDataDir(d) => self.set_data_dir(d),
+            #[cfg(target_arch = "wasm32")]
+            Command::ChooseFolderInPage => self.choose_folder_in_page(),
             Command::UseFiles { root, files } => self.use_files(root, files),
             Command::SelectPreset(name) => match crate::config::presets::load_config(&name) {
                 Ok(c) => (self.settings.config, self.settings.preset) = (c, name),

@@ -8,6 +8,8 @@
 //! the user can do; `setup` the setup panel; `estimate` the memory estimate; `plots` the live
 //! plots; `status` the status bar; `evaluation` and `predict` the two other views; `dialogs`
 //! the native file dialogs; `ui_bench` the frame-time benchmark (outside the app state).
+//! Each panel is a function of what it shows (borrowed from the state for the frame) and the
+//! `Vec<Command>` it records into; none can change the state, [`VramfitApp::ui`] applies them.
 //! The window itself ([`run`]) and the benchmark are native only: a web build gets the app
 //! state and panels, not a window.
 
@@ -27,20 +29,22 @@ mod ui_bench;
 use std::path::PathBuf;
 
 use eframe::egui;
-use egui_plot::{HLine, Legend, Line, Plot, PlotPoints, VLine};
 use serde::{Deserialize, Serialize};
 
-use crate::config::{Config, Precision};
+use crate::config::Config;
 use crate::data::dataset::{self, ScanOptions, Splits};
-use crate::data::preprocess::PreprocessMode;
 use crate::device::{self, AdapterInfo, CpuBackend, DeviceChoice};
 use crate::engine::session::{Report, Session};
 pub use crate::engine::worker::WorkerLaunch;
-use crate::memory::{self, Plan, human_bytes};
+use crate::memory::{self, Plan};
 pub use command::Command;
+use evaluation::evaluation_ui;
 pub use frame_time::{FRAME_BUDGET_MS, FrameSummary, FrameTimes};
 pub use history::RunHistory;
+use plots::plots_ui;
 pub use predict::{PredictView, Prediction};
+use setup::{DatasetView, DeviceView, SetupView, setup_ui};
+use status::status_ui;
 #[cfg(not(target_arch = "wasm32"))]
 pub use ui_bench::{UiBenchResult, bench_ui, bench_ui_report};
 
@@ -146,7 +150,6 @@ pub struct VramfitApp {
     /// The context the session's repaint requests go to (known from the first frame on).
     repaint: std::sync::Arc<std::sync::OnceLock<egui::Context>>,
     in_flight: InFlight,
-    commands: Vec<Command>,
     history: RunHistory,
     last_run: Option<PathBuf>,
     error: Option<String>,
@@ -218,7 +221,6 @@ impl VramfitApp {
             page_folder: dialogs::PageFolder::default(),
             repaint,
             in_flight: InFlight::default(),
-            commands: Vec::new(),
             history: RunHistory::default(),
             last_run: None,
             error: None,
@@ -390,12 +392,7 @@ impl VramfitApp {
 
     /// The estimate line shown beside the sliders.
     pub fn estimate_text(&self) -> String {
-        format!(
-            "predicted peak {} of {}: {}",
-            human_bytes(self.plan.estimate.total),
-            human_bytes(self.plan.budget_bytes),
-            self.plan.verdict()
-        )
+        estimate::estimate_text(&self.plan)
     }
 
     /// Whether a run is in progress.
@@ -435,56 +432,89 @@ impl VramfitApp {
             ui.ctx().send_viewport_cmd(egui::ViewportCommand::Title(title.clone()));
             self.title_sent = title;
         }
-        let dropped = ui.ctx().input(|i| i.raw.dropped_files.clone());
-        #[cfg(not(target_arch = "wasm32"))]
-        if !dropped.is_empty() {
-            self.commands
-                .push(Command::Drop(dropped.iter().map(|f| crate::data::user_path::normalize(f.path())).collect()));
-        }
-        // A browser gives a dropped file's name and its bytes, read asynchronously.
-        #[cfg(target_arch = "wasm32")]
-        {
-            self.page_drops.read(dropped, ui.ctx());
-            let images = self.page_drops.take();
-            if !images.is_empty() {
-                self.commands.push(Command::PredictImages(images));
-            }
-            match self.page_folder.take() {
-                Some(Ok((root, files))) => self.commands.push(Command::UseFiles { root, files }),
-                Some(Err(e)) => self.error = Some(e),
-                None => {}
-            }
-        }
+        let mut commands = self.dropped(ui.ctx());
         egui::Panel::left("setup").resizable(true).default_size(330.0).show(ui, |ui| {
-            egui::ScrollArea::vertical().show(ui, |ui| self.setup_ui(ui));
+            egui::ScrollArea::vertical().show(ui, |ui| setup_ui(ui, &self.setup_view(), &mut commands));
         });
-        egui::Panel::bottom("status").show(ui, |ui| self.status_ui(ui));
+        egui::Panel::bottom("status").show(ui, |ui| {
+            let (h, run, error) = (&self.history, self.last_run.as_deref(), self.error.as_deref());
+            status_ui(ui, &self.status, h, run, &self.frame_times, error);
+        });
+        let can_evaluate = !self.training() && !self.evaluating() && self.last_run.is_some();
+        let evaluating = self.evaluating();
         egui::CentralPanel::default_margins().show(ui, |ui| {
-            ui.horizontal(|ui| {
-                for (view, name) in
-                    [(View::Training, "Training"), (View::Evaluation, "Evaluation"), (View::Predict, "Predict")]
-                {
-                    if ui.selectable_label(self.view == view, name).clicked() {
-                        self.commands.push(Command::ShowView(view));
-                    }
-                }
-            });
+            view_tabs_ui(ui, self.view, &mut commands);
             ui.separator();
             match self.view {
-                View::Training => self.plots_ui(ui),
-                View::Evaluation => self.evaluation_ui(ui),
-                View::Predict => self.predict.ui(ui, self.last_run.as_deref(), &mut self.commands),
+                View::Training => plots_ui(ui, &self.history, self.plan.budget_bytes, &mut commands),
+                View::Evaluation => {
+                    evaluation_ui(ui, self.evaluation.as_ref(), can_evaluate, evaluating, &mut commands);
+                }
+                View::Predict => self.predict.ui(ui, self.last_run.as_deref(), &mut commands),
             }
         });
-        self.apply_recorded();
+        self.apply_all(commands);
         if self.busy() {
             ui.ctx().request_repaint_after(std::time::Duration::from_millis(250));
         }
     }
 
-    /// Applies the commands the panels recorded during this frame, in order.
-    fn apply_recorded(&mut self) {
-        for command in std::mem::take(&mut self.commands) {
+    /// The commands of what was dropped on the window: native paths as [`Command::Drop`]; in a
+    /// browser the dropped files' bytes and the picked folder's files once read.
+    fn dropped(&mut self, ctx: &egui::Context) -> Vec<Command> {
+        let mut commands = Vec::new();
+        let dropped = ctx.input(|i| i.raw.dropped_files.clone());
+        #[cfg(not(target_arch = "wasm32"))]
+        if !dropped.is_empty() {
+            commands.push(Command::Drop(dropped.iter().map(|f| crate::data::user_path::normalize(f.path())).collect()));
+        }
+        // A browser gives a dropped file's name and its bytes, read asynchronously.
+        #[cfg(target_arch = "wasm32")]
+        {
+            self.page_drops.read(dropped, ctx);
+            let images = self.page_drops.take();
+            if !images.is_empty() {
+                commands.push(Command::PredictImages(images));
+            }
+            match self.page_folder.take() {
+                Some(Ok((root, files))) => commands.push(Command::UseFiles { root, files }),
+                Some(Err(e)) => self.error = Some(e),
+                None => {}
+            }
+        }
+        commands
+    }
+
+    /// What the setup panel shows, borrowed from the state.
+    fn setup_view(&self) -> SetupView<'_> {
+        let device = DeviceView {
+            adapters: &self.adapters,
+            label: self.device_label(),
+            gpu: matches!(self.device_choice(), DeviceChoice::Gpu(Some(_))),
+            f16: self.f16_available(),
+            card_tier: self.card_tier(),
+        };
+        let dataset = DatasetView {
+            data_dir: self.settings.data_dir.as_deref(),
+            files_dataset: self.files_dataset.as_deref(),
+            data: self.data(),
+            cache_summary: self.cache_summary.as_deref(),
+            skipped_files: &self.history.skipped_files,
+        };
+        SetupView {
+            settings: &self.settings,
+            device,
+            dataset,
+            plan: &self.plan,
+            training: self.training(),
+            has_run: self.last_run.is_some(),
+            has_model: self.last_run.is_some() || self.in_memory_model.is_some(),
+        }
+    }
+
+    /// Applies `commands` (those the panels recorded during a frame), in order.
+    fn apply_all(&mut self, commands: Vec<Command>) {
+        for command in commands {
             self.apply(command);
         }
     }
@@ -492,9 +522,22 @@ impl VramfitApp {
     /// Draws the setup panel alone (what the snapshot tests compare), applying its commands.
     pub fn setup_panel(&mut self, ui: &mut egui::Ui) {
         self.refresh();
-        self.setup_ui(ui);
-        self.apply_recorded();
+        let mut commands = Vec::new();
+        setup_ui(ui, &self.setup_view(), &mut commands);
+        self.apply_all(commands);
     }
+}
+
+/// The tabs of the central views; a click records [`Command::ShowView`].
+fn view_tabs_ui(ui: &mut egui::Ui, shown: View, commands: &mut Vec<Command>) {
+    ui.horizontal(|ui| {
+        for (view, name) in [(View::Training, "Training"), (View::Evaluation, "Evaluation"), (View::Predict, "Predict")]
+        {
+            if ui.selectable_label(shown == view, name).clicked() {
+                commands.push(Command::ShowView(view));
+            }
+        }
+    });
 }
 
 impl eframe::App for VramfitApp {

@@ -1,194 +1,249 @@
 //! The setup panel: adapter, dataset, tier preset, the knobs and the live memory estimate.
 
-use super::*;
+use std::path::Path;
 
-impl VramfitApp {
-    pub(super) fn setup_ui(&mut self, ui: &mut egui::Ui) {
-        let busy = self.training();
-        ui.heading("Setup");
-        ui.add_enabled_ui(!busy, |ui| {
-            self.device_ui(ui);
-            ui.separator();
-            self.dataset_ui(ui);
-            ui.separator();
-            self.preset_ui(ui);
-            let mut config = self.settings.config.clone();
-            let gpu = matches!(self.device_choice(), DeviceChoice::Gpu(Some(_)));
-            knobs_ui(ui, &mut config, self.f16_available(), gpu);
-            if config != self.settings.config {
-                self.commands.push(Command::SetConfig(Box::new(config)));
-            }
-        });
-        // The budget stays live while training: the engine halves its micro-batch when the
-        // measured peak is over it.
-        let mut gib = self.settings.config.memory.memory_budget_bytes as f64 / (1u64 << 30) as f64;
-        if ui.add(egui::Slider::new(&mut gib, 0.25..=24.0).step_by(0.25).text("budget (GiB)")).changed() {
-            self.commands.push(Command::SetBudget((gib * (1u64 << 30) as f64) as u64));
-        }
-        ui.add_enabled_ui(!busy, |ui| {
-            let mut config = self.settings.config.clone();
-            ui.checkbox(&mut config.memory.cap_to_budget, "cap device memory at the budget").on_hover_text(
-                "Emulate a card of the budget's size: a step whose reserved bytes cross the budget fails \
-                 as out of memory and is retried at half the micro-batch (one extra sync per step).",
-            );
-            if config != self.settings.config {
-                self.commands.push(Command::SetConfig(Box::new(config)));
-            }
-        });
+use eframe::egui;
+
+use super::estimate::estimate_ui;
+use super::{Command, Settings, dialogs};
+use crate::config::{Config, Precision};
+use crate::data::dataset::{ScanReport, Splits};
+use crate::data::preprocess::PreprocessMode;
+use crate::device::{AdapterInfo, CpuBackend};
+use crate::memory::{Plan, human_bytes};
+
+/// What the setup panel shows, borrowed from the app for one frame.
+pub(super) struct SetupView<'a> {
+    /// The settings (the panel records commands that change them).
+    pub(super) settings: &'a Settings,
+    /// The adapters and what the settings select among them.
+    pub(super) device: DeviceView<'a>,
+    /// The dataset of the settings.
+    pub(super) dataset: DatasetView<'a>,
+    /// The memory plan of the settings.
+    pub(super) plan: &'a Plan,
+    /// Whether a run is in progress (most of the panel is disabled then).
+    pub(super) training: bool,
+    /// Whether there is a last run folder (Resume, Export).
+    pub(super) has_run: bool,
+    /// Whether there is a model to export (a run folder or a model trained in memory).
+    pub(super) has_model: bool,
+}
+
+/// The device picker's facts.
+pub(super) struct DeviceView<'a> {
+    /// GPU adapters found at start.
+    pub(super) adapters: &'a [AdapterInfo],
+    /// The selected device in words.
+    pub(super) label: String,
+    /// Whether the selection is a GPU adapter.
+    pub(super) gpu: bool,
+    /// Whether the selected device computes in f16.
+    pub(super) f16: bool,
+    /// The tier preset matching the selected adapter's memory, where it is known.
+    pub(super) card_tier: Option<&'static str>,
+}
+
+/// The dataset section's facts.
+pub(super) struct DatasetView<'a> {
+    /// The dataset folder of the settings; `None`: the bundled subset (or the files below).
+    pub(super) data_dir: Option<&'a Path>,
+    /// The folder whose files, handed over in memory, are the dataset.
+    pub(super) files_dataset: Option<&'a str>,
+    /// The dataset's splits, or why it cannot be used.
+    pub(super) data: Result<&'a Splits, &'a str>,
+    /// The decoded-image cache's folder and size, for a folder dataset.
+    pub(super) cache_summary: Option<&'a str>,
+    /// Training samples the current run left out, with the reason.
+    pub(super) skipped_files: &'a [(String, String)],
+}
+
+/// Draws the setup panel of `view`: device, dataset, preset, knobs, budget, the memory
+/// estimate and the run buttons; what the user changes or presses goes to `commands`.
+pub(super) fn setup_ui(ui: &mut egui::Ui, view: &SetupView<'_>, commands: &mut Vec<Command>) {
+    let settings = view.settings;
+    ui.heading("Setup");
+    ui.add_enabled_ui(!view.training, |ui| {
+        device_ui(ui, settings, &view.device, commands);
         ui.separator();
-        self.estimate_ui(ui);
+        dataset_ui(ui, &view.dataset, commands);
         ui.separator();
-        self.run_buttons_ui(ui);
-    }
-
-    /// The adapter picker (with each card's memory) and, for the CPU, the backend.
-    fn device_ui(&mut self, ui: &mut egui::Ui) {
-        let label = |a: &AdapterInfo| match a.device_local_bytes {
-            Some(bytes) => format!("{} ({} {}, {})", a.name, a.backend, a.device_type, human_bytes(bytes)),
-            None => format!("{} ({} {})", a.name, a.backend, a.device_type),
-        };
-        let device_label = ui.label("Device");
-        let mut adapter = self.settings.adapter;
-        egui::ComboBox::from_id_salt("device")
-            .selected_text(self.device_label())
-            .width(ui.available_width() - 8.0)
-            .truncate()
-            .show_ui(ui, |ui| {
-                for a in &self.adapters {
-                    ui.selectable_value(&mut adapter, Some(a.index), label(a));
-                }
-                ui.selectable_value(&mut adapter, None, "CPU");
-            })
-            .response
-            .labelled_by(device_label.id);
-        if adapter != self.settings.adapter {
-            self.commands.push(Command::SelectAdapter(adapter));
+        preset_ui(ui, &settings.preset, view.device.card_tier, commands);
+        let mut config = settings.config.clone();
+        knobs_ui(ui, &mut config, view.device.f16, view.device.gpu);
+        if config != settings.config {
+            commands.push(Command::SetConfig(Box::new(config)));
         }
-        if self.settings.adapter.is_none() {
-            let mut backend = self.settings.cpu_backend;
-            ui.horizontal(|ui| {
-                ui.radio_value(&mut backend, CpuBackend::Flex, "flex");
-                #[cfg(not(target_arch = "wasm32"))]
-                ui.radio_value(&mut backend, CpuBackend::Ndarray, "ndarray");
-            });
-            if backend != self.settings.cpu_backend {
-                self.commands.push(Command::SelectCpuBackend(backend));
-            }
+    });
+    budget_ui(ui, &settings.config, view.training, commands);
+    ui.separator();
+    estimate_ui(ui, view.plan);
+    ui.separator();
+    run_buttons_ui(ui, view.training, view.has_run, view.has_model, commands);
+}
+
+/// The budget slider (live while training: the engine halves its micro-batch when the
+/// measured peak is over it) and the cap toggle (not while `training`).
+fn budget_ui(ui: &mut egui::Ui, config: &Config, training: bool, commands: &mut Vec<Command>) {
+    let mut gib = config.memory.memory_budget_bytes as f64 / (1u64 << 30) as f64;
+    if ui.add(egui::Slider::new(&mut gib, 0.25..=24.0).step_by(0.25).text("budget (GiB)")).changed() {
+        commands.push(Command::SetBudget((gib * (1u64 << 30) as f64) as u64));
+    }
+    ui.add_enabled_ui(!training, |ui| {
+        let mut edited = config.clone();
+        ui.checkbox(&mut edited.memory.cap_to_budget, "cap device memory at the budget").on_hover_text(
+            "Emulate a card of the budget's size: a step whose reserved bytes cross the budget fails \
+             as out of memory and is retried at half the micro-batch (one extra sync per step).",
+        );
+        if edited != *config {
+            commands.push(Command::SetConfig(Box::new(edited)));
         }
-    }
+    });
+}
 
-    /// The dataset folder, its classes and what its scan and training left out.
-    fn dataset_ui(&mut self, ui: &mut egui::Ui) {
-        ui.label("Dataset");
-        let shown = match (&self.files_dataset, &self.settings.data_dir) {
-            (Some(root), _) => format!("{root} (its files, in memory)"),
-            (None, Some(dir)) => dir.display().to_string(),
-            (None, None) => "bundled Fashion-MNIST subset".into(),
-        };
-        ui.label(shown);
+/// The adapter picker (with each card's memory) and, for the CPU, the backend.
+fn device_ui(ui: &mut egui::Ui, settings: &Settings, device: &DeviceView<'_>, commands: &mut Vec<Command>) {
+    let label = |a: &AdapterInfo| match a.device_local_bytes {
+        Some(bytes) => format!("{} ({} {}, {})", a.name, a.backend, a.device_type, human_bytes(bytes)),
+        None => format!("{} ({} {})", a.name, a.backend, a.device_type),
+    };
+    let device_label = ui.label("Device");
+    let mut adapter = settings.adapter;
+    egui::ComboBox::from_id_salt("device")
+        .selected_text(device.label.as_str())
+        .width(ui.available_width() - 8.0)
+        .truncate()
+        .show_ui(ui, |ui| {
+            for a in device.adapters {
+                ui.selectable_value(&mut adapter, Some(a.index), label(a));
+            }
+            ui.selectable_value(&mut adapter, None, "CPU");
+        })
+        .response
+        .labelled_by(device_label.id);
+    if adapter != settings.adapter {
+        commands.push(Command::SelectAdapter(adapter));
+    }
+    if settings.adapter.is_none() {
+        let mut backend = settings.cpu_backend;
         ui.horizontal(|ui| {
-            let choose = ui.button("Choose folder…").clicked();
-            // A page reads the picked folder's files; the desktop scans the folder.
-            #[cfg(target_arch = "wasm32")]
-            if choose {
-                self.choose_folder_in_page();
-            }
-            if choose
-                && !cfg!(target_arch = "wasm32")
-                && let Some(dir) = dialogs::pick_folder()
-            {
-                self.commands.push(Command::SetDataDir(Some(dir)));
-            }
-            if ui.button("Bundled").clicked() {
-                self.commands.push(Command::SetDataDir(None));
-            }
+            ui.radio_value(&mut backend, CpuBackend::Flex, "flex");
+            #[cfg(not(target_arch = "wasm32"))]
+            ui.radio_value(&mut backend, CpuBackend::Ndarray, "ndarray");
         });
-        match &self.data {
-            Ok(d) => {
-                let counts = d.train.class_counts();
-                ui.label(format!(
-                    "{} classes, {} train / {} validation images",
-                    d.train.class_names.len(),
-                    d.train.samples.len(),
-                    d.val.samples.len()
-                ));
-                egui::CollapsingHeader::new("classes").show(ui, |ui| {
-                    for (name, n) in d.train.class_names.iter().zip(counts) {
-                        ui.label(format!("{name}: {n}"));
-                    }
-                });
-                if let Some(cache) = &self.cache_summary {
-                    ui.label(cache);
-                }
-                dataset_report_ui(ui, &d.report, &self.history.skipped_files);
-            }
-            Err(e) => {
-                ui.colored_label(egui::Color32::RED, e);
-            }
+        if backend != settings.cpu_backend {
+            commands.push(Command::SelectCpuBackend(backend));
         }
-    }
-
-    /// The preset picker (the tier of this card marked) and preset files.
-    fn preset_ui(&mut self, ui: &mut egui::Ui) {
-        ui.horizontal(|ui| {
-            let label = ui.label("Preset");
-            egui::ComboBox::from_id_salt("preset")
-                .selected_text(self.settings.preset.clone())
-                .show_ui(ui, |ui| {
-                    let this_card = self.card_tier();
-                    for (name, _) in crate::config::presets::PRESETS {
-                        let text =
-                            if this_card == Some(name) { format!("{name} (this card)") } else { name.to_string() };
-                        if ui.selectable_label(self.settings.preset == name, text).clicked() {
-                            self.commands.push(Command::SelectPreset(name.to_string()));
-                        }
-                    }
-                })
-                .response
-                .labelled_by(label.id);
-        });
-        ui.horizontal(|ui| {
-            if ui.button("Load preset…").clicked()
-                && let Some(path) = dialogs::pick_file("config", &["toml"])
-            {
-                self.commands.push(Command::LoadPresetFile(path));
-            }
-            if ui.button("Save preset…").clicked()
-                && let Some(path) = dialogs::save_file("custom.toml")
-            {
-                self.commands.push(Command::SavePresetFile(path));
-            }
-        });
-    }
-
-    /// Train, Stop, Resume and Export.
-    fn run_buttons_ui(&mut self, ui: &mut egui::Ui) {
-        let busy = self.training();
-        let has_run = self.last_run.is_some();
-        ui.horizontal(|ui| {
-            if ui.add_enabled(!busy, egui::Button::new("Train")).clicked() {
-                self.commands.push(Command::Train);
-            }
-            if ui.add_enabled(busy, egui::Button::new("Stop")).clicked() {
-                self.commands.push(Command::Stop);
-            }
-            if ui.add_enabled(!busy && has_run, egui::Button::new("Resume")).clicked() {
-                self.commands.push(Command::Resume);
-            }
-            // A page exports as downloads; the desktop into a folder it asks for.
-            let has_model = has_run || self.in_memory_model.is_some();
-            let export_clicked = ui.add_enabled(!busy && has_model, egui::Button::new("Export…")).clicked();
-            if export_clicked && cfg!(target_arch = "wasm32") {
-                self.commands.push(Command::Download);
-            } else if export_clicked && let Some(dir) = dialogs::pick_folder() {
-                self.commands.push(Command::Export(dir));
-            }
-        });
     }
 }
 
+/// The dataset folder, its classes and what its scan and training left out.
+fn dataset_ui(ui: &mut egui::Ui, dataset: &DatasetView<'_>, commands: &mut Vec<Command>) {
+    ui.label("Dataset");
+    let shown = match (dataset.files_dataset, dataset.data_dir) {
+        (Some(root), _) => format!("{root} (its files, in memory)"),
+        (None, Some(dir)) => dir.display().to_string(),
+        (None, None) => "bundled Fashion-MNIST subset".into(),
+    };
+    ui.label(shown);
+    ui.horizontal(|ui| {
+        let choose = ui.button("Choose folder…").clicked();
+        // A page reads the picked folder's files; the desktop scans the folder.
+        #[cfg(target_arch = "wasm32")]
+        if choose {
+            commands.push(Command::ChooseFolderInPage);
+        }
+        if choose
+            && !cfg!(target_arch = "wasm32")
+            && let Some(dir) = dialogs::pick_folder()
+        {
+            commands.push(Command::SetDataDir(Some(dir)));
+        }
+        if ui.button("Bundled").clicked() {
+            commands.push(Command::SetDataDir(None));
+        }
+    });
+    match dataset.data {
+        Ok(d) => {
+            let counts = d.train.class_counts();
+            ui.label(format!(
+                "{} classes, {} train / {} validation images",
+                d.train.class_names.len(),
+                d.train.samples.len(),
+                d.val.samples.len()
+            ));
+            egui::CollapsingHeader::new("classes").show(ui, |ui| {
+                for (name, n) in d.train.class_names.iter().zip(counts) {
+                    ui.label(format!("{name}: {n}"));
+                }
+            });
+            if let Some(cache) = dataset.cache_summary {
+                ui.label(cache);
+            }
+            dataset_report_ui(ui, &d.report, dataset.skipped_files);
+        }
+        Err(e) => {
+            ui.colored_label(egui::Color32::RED, e);
+        }
+    }
+}
+
+/// The preset picker (`card_tier`, the tier of this card, marked) and preset files.
+fn preset_ui(ui: &mut egui::Ui, preset: &str, card_tier: Option<&str>, commands: &mut Vec<Command>) {
+    ui.horizontal(|ui| {
+        let label = ui.label("Preset");
+        egui::ComboBox::from_id_salt("preset")
+            .selected_text(preset)
+            .show_ui(ui, |ui| {
+                for (name, _) in crate::config::presets::PRESETS {
+                    let text = if card_tier == Some(name) { format!("{name} (this card)") } else { name.to_string() };
+                    if ui.selectable_label(preset == name, text).clicked() {
+                        commands.push(Command::SelectPreset(name.to_string()));
+                    }
+                }
+            })
+            .response
+            .labelled_by(label.id);
+    });
+    ui.horizontal(|ui| {
+        if ui.button("Load preset…").clicked()
+            && let Some(path) = dialogs::pick_file("config", &["toml"])
+        {
+            commands.push(Command::LoadPresetFile(path));
+        }
+        if ui.button("Save preset…").clicked()
+            && let Some(path) = dialogs::save_file("custom.toml")
+        {
+            commands.push(Command::SavePresetFile(path));
+        }
+    });
+}
+
+/// Train, Stop, Resume and Export: enabled by whether a run is `training`, there `has_run`
+/// (a run folder) and there `has_model` (one to export).
+fn run_buttons_ui(ui: &mut egui::Ui, training: bool, has_run: bool, has_model: bool, commands: &mut Vec<Command>) {
+    ui.horizontal(|ui| {
+        if ui.add_enabled(!training, egui::Button::new("Train")).clicked() {
+            commands.push(Command::Train);
+        }
+        if ui.add_enabled(training, egui::Button::new("Stop")).clicked() {
+            commands.push(Command::Stop);
+        }
+        if ui.add_enabled(!training && has_run, egui::Button::new("Resume")).clicked() {
+            commands.push(Command::Resume);
+        }
+        // A page exports as downloads; the desktop into a folder it asks for.
+        let export_clicked = ui.add_enabled(!training && has_model, egui::Button::new("Export…")).clicked();
+        if export_clicked && cfg!(target_arch = "wasm32") {
+            commands.push(Command::Download);
+        } else if export_clicked && let Some(dir) = dialogs::pick_folder() {
+            commands.push(Command::Export(dir));
+        }
+    });
+}
+
 /// What the scan left out and what training skipped, one line per file with the reason.
-fn dataset_report_ui(ui: &mut egui::Ui, report: &dataset::ScanReport, skipped: &[(String, String)]) {
+fn dataset_report_ui(ui: &mut egui::Ui, report: &ScanReport, skipped: &[(String, String)]) {
     const SHOWN: usize = 200;
     let section = |ui: &mut egui::Ui, key: &str, title: String, lines: Vec<String>| {
         if lines.is_empty() {

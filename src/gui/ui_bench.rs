@@ -1,6 +1,8 @@
 //! `vramfit bench ui`: the app trains for a while and reports its frame times (outside the app state).
 
-use super::*;
+use eframe::egui;
+
+use super::{AppOptions, Command, FRAME_BUDGET_MS, FrameSummary, Settings, VramfitApp};
 
 /// What `vramfit bench ui` measured.
 #[derive(Clone, Debug, Default, serde::Serialize)]
