@@ -84,7 +84,7 @@
 //! picks the row); with checkpointing both precisions keep
 //! about 4 bytes.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::config::{Config, Precision};
 use crate::model::{LayerKind, LayerShape, layer_plan, param_count};
@@ -133,7 +133,7 @@ pub fn page_size(largest_tensor: u64) -> u64 {
 }
 
 /// The predicted peak, term by term (bytes).
-#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct MemoryEstimate {
     /// f32 parameters.
     pub parameters: u64,
@@ -482,7 +482,7 @@ pub fn check_buffer_limit(
 }
 
 /// Verdict of an estimate against a budget.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Plan {
     /// The estimate at the configured batch size.
     pub estimate: MemoryEstimate,

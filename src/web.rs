@@ -383,7 +383,7 @@ pub fn app_state() -> Result<String, JsValue> {
             "losses": h.loss.iter().map(|p| p[1]).collect::<Vec<_>>(),
             "memory_points": h.reserved_mib.len(),
             "reserved_mib": h.reserved_mib.last().map(|p| p[1]),
-            "predicted_mib": h.predicted_mib,
+            "predicted_mib": h.predicted_mib(),
             "val_accuracy": app.evaluation().map(|e| e.top1),
             "eval_images": app.evaluation().map(|e| e.samples),
             "preset": app.settings().preset,

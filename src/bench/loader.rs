@@ -293,6 +293,7 @@ pub fn train_augment_comparison(
         description: "generated photos".into(),
         report: Default::default(),
         root: dir.to_path_buf(),
+        held_out: false,
     };
     let mut base = config.clone();
     base.data.cache_dir = dir.join("cache").display().to_string();

@@ -104,7 +104,7 @@ fn started_line(event: &Event) -> String {
         out_dir,
         steps_per_epoch,
         samples,
-        predicted_peak_bytes,
+        plan,
         micro_batch: (batch, accum),
         augment_on_device,
         ..
@@ -117,7 +117,7 @@ fn started_line(event: &Event) -> String {
         "training on {device}: {} train / {} val images, {steps_per_epoch} steps per epoch of micro-batch {batch} x {accum}, augmentation {augment}, predicted peak {}, run folder {}",
         samples.0,
         samples.1,
-        human_bytes(*predicted_peak_bytes),
+        human_bytes(plan.estimate.total),
         out_dir.display()
     )
 }

@@ -204,6 +204,9 @@ pub struct Splits {
     pub report: ScanReport,
     /// The dataset folder.
     pub root: PathBuf,
+    /// Whether validation was held out of the training files (a seeded [`split`] by
+    /// `data.val_fraction`) rather than given by the dataset (a `val/` folder, IDX t10k files).
+    pub held_out: bool,
 }
 
 impl Splits {
@@ -368,7 +371,7 @@ fn open_inner(path: &Path, opts: &ScanOptions, mut refusals: Option<&mut Vec<Str
                 dir.display(),
                 val_dir.file_name().unwrap_or_default().to_string_lossy()
             );
-            return Ok(Splits { train, val, description, report, root: dir });
+            return Ok(Splits { train, val, description, report, root: dir, held_out: false });
         }
         let (train, val) = split(train, opts);
         return Ok(Splits {
@@ -377,13 +380,14 @@ fn open_inner(path: &Path, opts: &ScanOptions, mut refusals: Option<&mut Vec<Str
             description: format!("{} (train/, {:.0}% held out)", dir.display(), opts.val_fraction * 100.0),
             report,
             root: dir,
+            held_out: true,
         });
     }
     let (all, report) = scan_folder_inner(&dir, opts, refusals)?;
     let (train, val) = split(all, opts);
     let description =
         format!("{} ({:.0}% held out for validation, seed {})", dir.display(), opts.val_fraction * 100.0, opts.seed);
-    Ok(Splits { train, val, description, report, root: dir })
+    Ok(Splits { train, val, description, report, root: dir, held_out: true })
 }
 
 fn remap_labels(val: &mut Dataset, train_classes: &[String], val_dir: &Path) -> Result<()> {
@@ -435,6 +439,7 @@ fn open_idx(dir: &Path, imgs: &Path, labs: &Path, opts: &ScanOptions) -> Result<
             description: format!("{} (IDX, train + t10k)", dir.display()),
             report: ScanReport::default(),
             root: dir.to_path_buf(),
+            held_out: false,
         });
     }
     let (train, val) = split(train, opts);
@@ -444,6 +449,7 @@ fn open_idx(dir: &Path, imgs: &Path, labs: &Path, opts: &ScanOptions) -> Result<
         description: format!("{} (IDX, {:.0}% held out)", dir.display(), opts.val_fraction * 100.0),
         report: ScanReport::default(),
         root: dir.to_path_buf(),
+        held_out: true,
     })
 }
 
@@ -530,6 +536,7 @@ mod bundled_in_binary {
             description: "the bundled Fashion-MNIST subset (IDX, train + t10k, built into the page)".into(),
             report: ScanReport::default(),
             root: dir.to_path_buf(),
+            held_out: false,
         })
     }
 }

@@ -1,7 +1,8 @@
 //! The input side: datasets ([`dataset`]: folders, IDX files, files handed over in memory, the
 //! bundled subset), decoding ([`image_io`], [`idx`]), the decoded-image cache ([`image_cache`]),
 //! the preprocess modes ([`preprocess`]), augmentation on the CPU ([`augment`]), host batches
-//! and their upload ([`batch`]) from worker threads ([`loader`]) from each sample's [`pipeline`], the data report ([`check_data`]) and paths as users type them
+//! and their upload ([`batch`]) from worker threads ([`loader`]) from each sample's [`pipeline`], the data report
+//! ([`check_data`]), what a run was trained on ([`split_record`]) and paths as users type them
 //! ([`user_path`]).
 
 pub mod augment;
@@ -14,4 +15,5 @@ pub mod image_io;
 pub mod loader;
 pub mod pipeline;
 pub mod preprocess;
+pub mod split_record;
 pub mod user_path;

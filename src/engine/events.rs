@@ -24,8 +24,10 @@ pub enum Event {
         steps_per_epoch: usize,
         /// Training and validation sample counts.
         samples: (usize, usize),
-        /// Predicted peak device bytes.
-        predicted_peak_bytes: u64,
+        /// The run's memory plan: the config it trains (after `--auto-fit`) against the budget;
+        /// `plan.estimate.total` is the predicted peak (bytes reserved). The app shows it while
+        /// the run lasts.
+        plan: Box<crate::memory::Plan>,
         /// The micro-batch and its accumulation steps (a resumed run keeps its halvings).
         #[serde(default)]
         micro_batch: (usize, usize),

@@ -106,6 +106,11 @@ impl VramfitApp {
                 self.settings.config.memory.memory_budget_bytes = bytes;
                 self.settings.preset = "custom".into();
                 self.session.budget().set(bytes);
+                // The running run's plan is judged against the budget as it is now.
+                if let Some(run_plan) = &mut self.history.plan {
+                    run_plan.budget_bytes = bytes;
+                    run_plan.fits = run_plan.estimate.total <= bytes;
+                }
             }
             Command::ShowView(v) => self.view = v,
             Command::Train => self.start_training(false),

@@ -15,10 +15,10 @@ pub(super) fn estimate_text(plan: &Plan) -> String {
     )
 }
 
-/// Draws the memory estimate of `plan`: a bar against the budget, the estimate line, its terms
-/// and, when it does not fit, the micro-batch that would.
-pub(super) fn estimate_ui(ui: &mut egui::Ui, plan: &Plan) {
-    ui.label("Memory estimate");
+/// Draws the memory estimate of `plan` (the running run's plan when `of_run`): a bar against the
+/// budget, the estimate line, its terms and, when it does not fit, the micro-batch that would.
+pub(super) fn estimate_ui(ui: &mut egui::Ui, plan: &Plan, of_run: bool) {
+    ui.label(if of_run { "Memory plan of this run" } else { "Memory estimate" });
     let fraction = plan.estimate.total as f32 / plan.budget_bytes.max(1) as f32;
     let color = if plan.fits { egui::Color32::from_rgb(60, 160, 90) } else { egui::Color32::from_rgb(200, 60, 60) };
     ui.add(egui::ProgressBar::new(fraction.min(1.0)).fill(color).text(format!("{:.0}% of budget", fraction * 100.0)));

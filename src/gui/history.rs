@@ -23,8 +23,8 @@ pub struct RunHistory {
     pub reserved_mib: Vec<[f64; 2]>,
     /// Running peak of bytes_in_use, MiB.
     pub peak_mib: Vec<[f64; 2]>,
-    /// Predicted peak, MiB.
-    pub predicted_mib: Option<f64>,
+    /// The run's memory plan (from [`Event::Started`]).
+    pub plan: Option<crate::memory::Plan>,
     /// Last step seen.
     pub last_step: usize,
     /// Last epoch seen (0-based).
@@ -42,11 +42,16 @@ pub struct RunHistory {
 const MIB: f64 = 1024.0 * 1024.0;
 
 impl RunHistory {
+    /// The run's predicted peak (bytes reserved), MiB.
+    pub fn predicted_mib(&self) -> Option<f64> {
+        self.plan.as_ref().map(|p| p.estimate.total as f64 / MIB)
+    }
+
     /// Adds one engine event.
     pub fn push(&mut self, event: &Event) {
         match event {
-            Event::Started { predicted_peak_bytes, start_epoch, micro_batch, .. } => {
-                self.predicted_mib = Some(*predicted_peak_bytes as f64 / MIB);
+            Event::Started { plan, start_epoch, micro_batch, .. } => {
+                self.plan = Some((**plan).clone());
                 self.epoch = *start_epoch;
                 self.micro_batch = Some(*micro_batch);
             }
@@ -167,11 +172,13 @@ mod tests {
             epochs: 1,
             steps_per_epoch: 4,
             samples: (128, 0),
-            predicted_peak_bytes: 1 << 20,
+            plan: Box::new(crate::memory::plan(&crate::config::Config::default(), 10)),
             micro_batch: (32, 1),
             augment_on_device: false,
         });
         assert_eq!(h.micro_batch, Some((32, 1)));
+        let planned = crate::memory::plan(&crate::config::Config::default(), 10).estimate.total;
+        assert_eq!(h.predicted_mib(), Some(planned as f64 / MIB));
         h.push(&step(3, 1.0));
         h.push(&Event::BatchAdapted { micro_batch: 16, grad_accum_steps: 2, reason: "over the budget".into() });
         assert_eq!((h.micro_batch, h.batch_halvings.clone()), (Some((16, 2)), vec![3]));

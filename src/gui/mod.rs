@@ -251,6 +251,15 @@ impl VramfitApp {
         &self.plan
     }
 
+    /// The plan the setup panel shows: while a run lasts, the run's own (from its
+    /// [`Event::Started`]), else the settings'.
+    pub fn shown_plan(&self) -> &Plan {
+        match &self.history.plan {
+            Some(run_plan) if self.training() => run_plan,
+            _ => &self.plan,
+        }
+    }
+
     /// The plots' data of the current run.
     pub fn history(&self) -> &RunHistory {
         &self.history
@@ -446,7 +455,7 @@ impl VramfitApp {
             view_tabs_ui(ui, self.view, &mut commands);
             ui.separator();
             match self.view {
-                View::Training => plots_ui(ui, &self.history, self.plan.budget_bytes, &mut commands),
+                View::Training => plots_ui(ui, &self.history, self.settings.config.memory.memory_budget_bytes, &mut commands),
                 View::Evaluation => {
                     evaluation_ui(ui, self.evaluation.as_ref(), can_evaluate, evaluating, &mut commands);
                 }
@@ -505,7 +514,7 @@ impl VramfitApp {
             settings: &self.settings,
             device,
             dataset,
-            plan: &self.plan,
+            plan: self.shown_plan(),
             training: self.training(),
             has_run: self.last_run.is_some(),
             has_model: self.last_run.is_some() || self.in_memory_model.is_some(),

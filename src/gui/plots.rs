@@ -30,7 +30,7 @@ pub(super) fn plots_ui(ui: &mut egui::Ui, history: &RunHistory, budget: u64, com
         // A budget far above the curves would flatten them to the axis: once the run's
         // memory is known, it is named in the axis label instead of drawn.
         let budget_mib = budget as f64 / 1024.0 / 1024.0;
-        let top = h.reserved_mib.iter().map(|p| p[1]).fold(h.predicted_mib.unwrap_or(0.0), f64::max);
+        let top = h.reserved_mib.iter().map(|p| p[1]).fold(h.predicted_mib().unwrap_or(0.0), f64::max);
         let draw_budget = top == 0.0 || budget_mib <= 4.0 * top;
         let label =
             if draw_budget { "MiB".to_string() } else { format!("MiB (budget {}, above)", human_bytes(budget)) };
@@ -38,7 +38,7 @@ pub(super) fn plots_ui(ui: &mut egui::Ui, history: &RunHistory, budget: u64, com
             p.line(line("bytes_in_use", &h.in_use_mib));
             p.line(line("bytes_reserved", &h.reserved_mib));
             p.line(line("peak in use", &h.peak_mib));
-            if let Some(pred) = h.predicted_mib {
+            if let Some(pred) = h.predicted_mib() {
                 p.hline(HLine::new("predicted peak", pred));
             }
             if draw_budget {

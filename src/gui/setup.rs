@@ -20,7 +20,8 @@ pub(super) struct SetupView<'a> {
     pub(super) device: DeviceView<'a>,
     /// The dataset of the settings.
     pub(super) dataset: DatasetView<'a>,
-    /// The memory plan of the settings.
+    /// The memory plan shown: the settings', or while a run lasts the run's own (what it
+    /// trains after `--auto-fit`, against the budget as it is now).
     pub(super) plan: &'a Plan,
     /// Whether a run is in progress (most of the panel is disabled then).
     pub(super) training: bool,
@@ -77,7 +78,7 @@ pub(super) fn setup_ui(ui: &mut egui::Ui, view: &SetupView<'_>, commands: &mut V
     });
     budget_ui(ui, &settings.config, view.training, commands);
     ui.separator();
-    estimate_ui(ui, view.plan);
+    estimate_ui(ui, view.plan, view.training);
     ui.separator();
     run_buttons_ui(ui, view.training, view.has_run, view.has_model, commands);
 }

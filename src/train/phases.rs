@@ -1,4 +1,5 @@
-//! The phases of a training run, in order, for both stores: check the data and the precision
+//! The phases of a training run, in order, for both stores: claim the run folder (0, before
+//! anything in it is read: [`super::run_folder::claim`]), check the data and the precision
 //! (1), plan the memory (2), open the store (3, [`super::run_folder`]), the epochs (5,
 //! [`super::epoch`]), the end of each (6) and the finish (7, [`super::run`]). One async
 //! function, [`run`].
@@ -7,6 +8,7 @@ use web_time::Instant;
 
 use super::epoch_data::EpochData;
 use super::run::{Ended, Run};
+use super::run_folder;
 use super::step::precision_on;
 use super::store::{RunOptions, Store};
 use crate::config::Config;
@@ -34,23 +36,20 @@ pub(super) async fn run(
     stop: &StopSignal,
 ) -> Result<Ended> {
     let started = Instant::now();
-    if let Store::Folder { out, resume, .. } = options.store {
-        if resume {
-            // What the client asked to change, checked against the run before anything else
-            // (a key that shapes the network is refused, not met later as a plan or data error)
-            // and before anything in the folder changes; the run's own adjustments below are
-            // announced by themselves.
-            let (stored, _notes) = crate::train::run_dir::load_config(out)?;
-            for change in stored.changes_on_resume(options.config)? {
-                sink(Event::Info(format!("resume: {change} (applied)")));
-            }
+    let (claimed, restored) = match options.store {
+        Store::Folder { out, resume, .. } => {
+            let claimed = run_folder::claim(out, resume, &splits.root, options.config, sink)?;
+            let val_fraction = options.config.data.val_fraction;
+            (Some(claimed), run_folder::data_of_run(out, resume, splits, val_fraction, sink)?)
         }
-        crate::train::run_dir::create(out, &splits.root)?;
-    }
+        Store::Memory => (None, None),
+    };
+    // On resume: the scan put back into the split the run recorded.
+    let splits = restored.as_ref().unwrap_or(splits);
     let config = check_data_and_precision(&options, device, splits, sink)?;
-    let (config, predicted_peak_bytes) = plan_memory(&options, device, splits, config, sink)?;
-    let mut run = Run::new(options, device, splits, config, predicted_peak_bytes);
-    let _lock = run.open_store(sink)?;
+    let (config, plan) = plan_memory(&options, device, splits, config, sink)?;
+    let mut run = Run::new(options, device, splits, config, plan);
+    run.open_store(claimed.as_ref().and_then(|c| c.stored.as_ref()), sink)?;
     sink(run.started_event(splits));
     let nothing = run.nothing_to_train();
     if let Some(why) = &nothing {
@@ -146,14 +145,15 @@ fn fit_batch_to_data(config: &mut Config, images: usize, sink: EventSink) {
 
 /// Phase 2: the predicted peak fits the budget (or `auto_fit` makes it fit) and one
 /// micro-batch's largest tensor fits the adapter's buffer limit, before anything is allocated.
-/// Returns the config to train and its predicted peak (bytes reserved): the run's one plan.
+/// Returns the config to train and its plan (the predicted peak, `estimate.total`, in bytes
+/// reserved): the run's one plan.
 fn plan_memory(
     options: &RunOptions<'_>,
     device: &SelectedDevice,
     splits: &Splits,
     mut config: Config,
     sink: EventSink,
-) -> Result<(Config, u64)> {
+) -> Result<(Config, memory::Plan)> {
     let classes = splits.train.class_names.len();
     let px = config.image_size_px();
     let image_hw = loader::check_sizes_agree(&splits.train, &config.data.preprocess)?.unwrap_or((px, px));
@@ -190,8 +190,7 @@ fn plan_memory(
     if let Some(limit) = device.buffer_limit() {
         memory::check_buffer_limit(&config.model, classes, image_hw, config.train.batch_size, limit, &device.name)?;
     }
-    // After --auto-fit the config trained is another: its peak, estimated once.
-    let predicted_peak_bytes =
-        if plan.fits { plan.estimate.total } else { memory::estimate(&config, config.train.batch_size, classes).total };
-    Ok((config, predicted_peak_bytes))
+    // After --auto-fit the config trained is another: its plan, made once.
+    let plan = if plan.fits { plan } else { memory::plan(&config, classes) };
+    Ok((config, plan))
 }

@@ -18,7 +18,7 @@ use crate::device::SelectedDevice;
 use crate::engine::error::{Error, Result};
 use crate::engine::events::{Event, EventSink};
 use crate::inference::eval::{self, EvalResult};
-use crate::memory::human_bytes;
+use crate::memory::{self, human_bytes};
 use crate::memory::probe::MemoryTracker;
 use crate::model::Classifier;
 
@@ -61,17 +61,19 @@ pub(super) struct Run<'a> {
     /// not write the same checkpoint twice.
     pub(super) saved_at: Option<(usize, usize, usize)>,
     pub(super) losses: Vec<f32>,
+    /// The run's memory plan (sent in [`Event::Started`]).
+    pub(super) plan: memory::Plan,
 }
 
 impl<'a> Run<'a> {
-    /// The run's state before its store is opened: `config` as planned, with its predicted peak
-    /// (bytes reserved, from [`memory::plan`]).
+    /// The run's state before its store is opened: `config` as planned, with its plan
+    /// ([`memory::plan`] of `config`).
     pub(super) fn new(
         options: RunOptions<'a>,
         device: &'a SelectedDevice,
         splits: &Splits,
         config: Config,
-        predicted_peak_bytes: u64,
+        plan: memory::Plan,
     ) -> Self {
         let classes = splits.train.class_names.clone();
         let (loader_batch, accum) = (config.train.batch_size.max(1), config.train.grad_accum_steps.max(1));
@@ -91,7 +93,7 @@ impl<'a> Run<'a> {
             val: None,
             stopped: false,
             wall_secs: 0.0,
-            predicted_peak_bytes,
+            predicted_peak_bytes: plan.estimate.total,
             memory: MemoryTracker::default(),
             images_per_sec: 0.0,
             skipped: 0,
@@ -116,6 +118,7 @@ impl<'a> Run<'a> {
             train_secs: 0.0,
             saved_at: None,
             losses: Vec::new(),
+            plan,
         }
     }
 
@@ -148,7 +151,7 @@ impl<'a> Run<'a> {
             epochs: self.config.train.epochs,
             steps_per_epoch: self.steps_per_epoch,
             samples: (splits.train.samples.len(), splits.val.samples.len()),
-            predicted_peak_bytes: self.summary.predicted_peak_bytes,
+            plan: Box::new(self.plan.clone()),
             micro_batch: self.micro_batch(),
             augment_on_device: self.augments_on_device(),
         }

@@ -7,6 +7,7 @@
 //!   run.json          format and version of this folder (MANIFEST)
 //!   config.toml       the run's config (CONFIG)
 //!   data.txt          the data folder it trains on, for `--resume` (DATA_NOTE)
+//!   data_files.json   its files and their split, applied again on resume (DATA_FILES)
 //!   metrics.csv       one row per optimizer step (METRICS_CSV)
 //!   epochs.csv        one row per epoch (EPOCHS_CSV)
 //!   checkpoints/      the newest `train.keep_checkpoints` checkpoints (CHECKPOINTS)
@@ -25,6 +26,8 @@ use crate::engine::error::{Error, Result};
 pub const CONFIG: &str = "config.toml";
 /// The data folder the run trains on (one line).
 pub const DATA_NOTE: &str = "data.txt";
+/// The dataset's files and their split ([`crate::data::split_record::SplitRecord`]).
+pub const DATA_FILES: &str = "data_files.json";
 /// Per-step metrics.
 pub const METRICS_CSV: &str = "metrics.csv";
 /// Per-epoch metrics.

@@ -1,36 +1,112 @@
-//! Phase 3 for a run folder: the folder made ours (a new run refuses one that holds a run, a
-//! process lock is held, temporaries of an interrupted save removed), resumed from its newest
-//! intact checkpoint, and its manifest and `config.toml` written.
+//! A run folder's phases: claimed first (created, locked, a new run refuses one that holds a
+//! run, a resume reads the run's config once), then opened (temporaries of an interrupted save
+//! removed, resumed from its newest intact checkpoint, its manifest and `config.toml` written).
 
 use std::path::Path;
 
 use super::run::Run;
 use super::store::{Store, truncate_csv};
-use crate::config::Precision;
+use crate::config::{Config, Precision};
+use crate::data::dataset::Splits;
+use crate::data::split_record::SplitRecord;
 use crate::engine::error::{Error, Result};
 use crate::engine::events::{Event, EventSink};
 use crate::train::checkpoint;
 use crate::train::precision::LossScaler;
 use crate::train::run_dir;
 
+/// A run folder claimed for this process: its lock (held until the run ends) and, on resume,
+/// the config the run was trained with, as its `config.toml` held it when the lock was taken.
+pub(super) struct Claimed {
+    /// Held while the run lasts (never read: dropping it releases the folder).
+    pub(super) _lock: checkpoint::RunLock,
+    /// The stored config (`None` for a new run).
+    pub(super) stored: Option<Config>,
+}
+
+/// Phase 1 for a run folder: `out` created and marked (refused when it is or holds `data`), then
+/// locked before anything in it is read; a new run then refuses a folder that already holds one,
+/// a resume refuses a folder of a newer format and reads the run's config once, checking the
+/// client's `config` against it (a key that shapes the network is refused; other changes are
+/// announced as they will be applied).
+///
+/// # Errors
+/// [`Error::Dataset`] for `out` holding `data`; [`Error::Io`] for a folder another process trains
+/// in, a new run in a folder that holds one, a folder of a newer format, or the folder's files;
+/// [`Error::Config`] for a change a resume cannot make.
+pub(super) fn claim(out: &Path, resume: bool, data: &Path, config: &Config, sink: EventSink) -> Result<Claimed> {
+    run_dir::create(out, data)?;
+    let lock = checkpoint::RunLock::acquire(out)?;
+    if !resume {
+        checkpoint::refuse_existing_run(out)?;
+        return Ok(Claimed { _lock: lock, stored: None });
+    }
+    run_dir::check_manifest(out)?;
+    let (stored, _notes) = run_dir::load_config(out)?;
+    for change in stored.changes_on_resume(config)? {
+        sink(Event::Info(format!("resume: {change}")));
+    }
+    Ok(Claimed { _lock: lock, stored: Some(stored) })
+}
+
+/// Phase 1 for a run folder, once claimed: the data the run trains on. A new run records its
+/// files and split (`data_files.json`, [`SplitRecord`]) and trains on `splits`; a resume puts
+/// `splits` (a fresh scan) back into the recorded split, says what changed since, records the
+/// result and returns it. A run recorded before vramfit kept the record has it written now.
+///
+/// # Errors
+/// [`Error::Io`] when the record cannot be written; an unreadable record is a warning (the fresh
+/// scan is used and recorded).
+pub(super) fn data_of_run(
+    out: &Path,
+    resumed: bool,
+    splits: &Splits,
+    val_fraction: f64,
+    sink: EventSink,
+) -> Result<Option<Splits>> {
+    let path = out.join(run_dir::DATA_FILES);
+    let restored = match (resumed, std::fs::read(&path)) {
+        (false, _) => None,
+        (true, Ok(bytes)) => match serde_json::from_slice::<SplitRecord>(&bytes) {
+            Ok(record) => {
+                let (restored, changes) = record.apply(splits, val_fraction);
+                if changes.any() {
+                    sink(Event::Warning(changes.describe()));
+                }
+                Some(restored)
+            }
+            Err(e) => {
+                sink(Event::Warning(format!(
+                    "{} is unreadable ({e}): the dataset's split as scanned now is used and recorded",
+                    path.display()
+                )));
+                None
+            }
+        },
+        (true, Err(_)) => {
+            sink(Event::Info(format!(
+                "{} has no record of its files (made by an older vramfit): recorded now, so later resumes \
+                 keep this split and report added and deleted files",
+                out.display()
+            )));
+            None
+        }
+    };
+    let record = SplitRecord::of(restored.as_ref().unwrap_or(splits));
+    let json = serde_json::to_vec(&record).map_err(|e| Error::io(&path, e))?;
+    crate::atomic_file::write_atomic(&path, &json)?;
+    Ok(restored)
+}
+
 impl Run<'_> {
-    /// Phase 3: for a run folder, the folder made ours and resumed when asked (the returned
-    /// lock holds it for the run); nothing for a run kept in memory.
+    /// Phase 3 for a run folder claimed by [`claim`]: temporaries of an interrupted save removed,
+    /// the run resumed when asked (`stored`: its config before this invocation), its manifest and
+    /// `config.toml` written; nothing for a run kept in memory.
     ///
     /// # Errors
-    /// [`Error::Io`] for the folder's files; a new run in a folder that holds one, a folder
-    /// another process trains in, or a folder of a newer format are refused.
-    pub(super) fn open_store(&mut self, sink: EventSink) -> Result<Option<checkpoint::RunLock>> {
-        let Store::Folder { out, resume, .. } = self.options.store else { return Ok(None) };
-        if !resume {
-            checkpoint::refuse_existing_run(out)?;
-        }
-        let lock = checkpoint::RunLock::acquire(out)?;
-        if resume {
-            // A folder of a newer format is refused before anything in it changes (the client that
-            // read its config has shown the notes).
-            run_dir::check_manifest(out)?;
-        }
+    /// [`Error::Io`] for the folder's files; resume errors as [`Run::resume`].
+    pub(super) fn open_store(&mut self, stored: Option<&Config>, sink: EventSink) -> Result<()> {
+        let Store::Folder { out, .. } = self.options.store else { return Ok(()) };
         let leftovers = checkpoint::remove_temporaries(out);
         if leftovers > 0 {
             sink(Event::Warning(format!(
@@ -38,8 +114,8 @@ impl Run<'_> {
                 out.display()
             )));
         }
-        if resume {
-            self.resume(out, sink)?;
+        if let Some(stored) = stored {
+            self.resume(out, stored, sink)?;
             if let Some(copy) = run_dir::preserve_foreign_config(out)? {
                 sink(Event::Info(format!(
                     "the run's config.toml had keys this vramfit does not know: kept as {}",
@@ -50,13 +126,13 @@ impl Run<'_> {
         run_dir::write_manifest(out)?;
         // On resume this records the overrides that were applied (epochs, batch size, budget, ...).
         crate::atomic_file::write_atomic(&out.join(run_dir::CONFIG), self.config.to_toml().as_bytes())?;
-        Ok(Some(lock))
+        Ok(())
     }
 
     /// Phase 3 (resume): the newest intact checkpoint restored, the metrics files cut back to it,
     /// and the schedule and loss scaler fitted to the steps and precision still to come. A run
     /// killed before its first checkpoint starts again from step 0.
-    fn resume(&mut self, out: &Path, sink: EventSink) -> Result<()> {
+    fn resume(&mut self, out: &Path, stored: &Config, sink: EventSink) -> Result<()> {
         if !checkpoint::any_checkpoint(out) {
             // Nothing to continue, so the run starts over with its stored config (a new `train`
             // would refuse the folder).
@@ -81,10 +157,9 @@ impl Run<'_> {
             });
         }
         // A new loader batch on resume: the epoch continues after the images already trained on.
-        let stored = run_dir::load_config(out).ok().map(|(c, _)| c);
         let mut converted = false;
-        if let Some(old) = stored.filter(|c| c.train.batch_size != self.loader_batch) {
-            let images_done = state.batches_done_in_epoch * old.train.batch_size;
+        if stored.train.batch_size != self.loader_batch {
+            let images_done = state.batches_done_in_epoch * stored.train.batch_size;
             state.batches_done_in_epoch = images_done / self.loader_batch;
             converted = true;
         }

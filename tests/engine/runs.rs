@@ -1,6 +1,7 @@
 //! Run folders, checkpoints, resume and the worker process (C18-C20).
 
 use super::*;
+use vramfit::data::split_record::{Split, SplitRecord, held_out_by_hash};
 
 #[test]
 fn c18_a_damaged_newest_checkpoint_falls_back_to_the_previous_one() {
@@ -75,15 +76,15 @@ fn c19_epochs_on_resume_extend_the_run_and_other_overrides_are_announced_or_refu
     let train_images: usize = clamped.and_then(|n| n.parse().ok()).unwrap_or_else(|| panic!("no clamp note: {log}"));
     let (ok, log) = cli_train(&data, &run, &["--resume", "--epochs", "3"]);
     assert!(ok, "{log}");
-    assert!(log.contains("resume: train.epochs: 1 -> 3 (applied)"), "{log}");
+    assert!(log.contains("resume: train.epochs: 1 -> 3"), "{log}");
     assert_eq!(metric_steps(&run), [1, 2, 3]);
     let epochs = std::fs::read_to_string(run.join("epochs.csv")).unwrap();
     assert_eq!(epochs.lines().count(), 1 + 3, "{epochs}");
     // Batch size and learning rate apply from the next step, announced.
     let (ok, log) = cli_train(&data, &run, &["--resume", "--batch-size", "2", "--lr", "0.5", "--epochs", "4"]);
     assert!(ok, "{log}");
-    assert!(log.contains(&format!("resume: train.batch_size: {train_images} -> 2 (applied)")), "{log}");
-    assert!(log.contains("resume: optimizer.lr: 0.003 -> 0.5 (applied)"), "{log}");
+    assert!(log.contains(&format!("resume: train.batch_size: {train_images} -> 2")), "{log}");
+    assert!(log.contains("resume: optimizer.lr: 0.003 -> 0.5"), "{log}");
     assert_eq!(metric_steps(&run), (1..=8).collect::<Vec<_>>(), "epoch 4 at batch 2 is 5 steps");
     // The schedule spans the 5 new steps: the lr decays from near the new peak, not from the floor.
     let metrics = std::fs::read_to_string(run.join("metrics.csv")).unwrap();
@@ -489,4 +490,44 @@ fn a_checkpoint_from_before_later_state_fields_resumes_and_exports() {
     let (ok, log) = cli_train(&data, &run, &["--resume", "--epochs", "3"]);
     assert!(ok && !log.contains("damaged"), "{log}");
     assert_eq!(metric_steps(&run), [1, 2, 3]);
+}
+
+/// What a run was trained on: files added and deleted between a run and its resume. Every file
+/// that was in validation stays there, the added ones follow the stable rule, the deleted ones
+/// are named and left out, and no metric is written as NaN.
+#[test]
+fn a_resume_after_files_were_added_and_deleted_keeps_every_validation_file_and_names_the_changes() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    copy_tree(&cases().join("C19/dataset"), &data);
+    let run = dir.path().join("run");
+    let (ok, log) = cli_train(&data, &run, &["--epochs", "1", "--batch-size", "4", "--set", "data.val_fraction=0.3"]);
+    assert!(ok, "{log}");
+    let record = |run: &Path| -> SplitRecord {
+        serde_json::from_slice(&std::fs::read(run.join("data_files.json")).unwrap()).unwrap()
+    };
+    let before = record(&run);
+    let in_split = |r: &SplitRecord, s: Split| -> Vec<String> {
+        r.files.iter().filter(|f| f.split == s).map(|f| f.path.clone()).collect()
+    };
+    let (val_before, train_before) = (in_split(&before, Split::Val), in_split(&before, Split::Train));
+    assert_eq!((val_before.len(), train_before.len()), (4, 8), "{before:?}");
+    for gone in &train_before[..2] {
+        std::fs::remove_file(data.join(gone)).unwrap();
+    }
+    for i in 0..10 {
+        std::fs::copy(data.join("a/img_00.png"), data.join(format!("a/added_{i}.png"))).unwrap();
+    }
+    let (ok, log) = cli_train(&data, &run, &["--resume", "--epochs", "2"]);
+    assert!(ok, "{log}");
+    let after = record(&run);
+    let val_after = in_split(&after, Split::Val);
+    assert!(val_before.iter().all(|v| val_after.contains(v)), "{val_before:?} -> {val_after:?}");
+    let added_to_val = (0..10).filter(|i| held_out_by_hash(&format!("a/added_{i}.png"), 0.3) == Split::Val).count();
+    assert_eq!(val_after.len(), 4 + added_to_val);
+    assert!(log.contains("the dataset changed since the run began: 10 added"), "{log}");
+    assert!(log.contains(&format!("2 deleted (left out): {}, {}", train_before[0], train_before[1])), "{log}");
+    assert_eq!(after.files.len(), 12 - 2 + 10);
+    let epochs = std::fs::read_to_string(run.join("epochs.csv")).unwrap();
+    assert!(!epochs.to_lowercase().contains("nan") && epochs.lines().count() == 3, "{epochs}");
 }

@@ -158,7 +158,9 @@ fn gui_trains_in_memory_as_the_browser_app_does() {
     let samples = if gpu.is_some() { 4 } else { 0 }; // flex has no pools to read
     assert_eq!((h.last_step, h.loss.len(), h.reserved_mib.len()), (4, 4, samples));
     assert!(h.reserved_mib.iter().all(|p| p[1] > 0.0));
-    assert!(h.predicted_mib.is_some_and(|p| p > 0.0));
+    // The run's own plan reached the app, and it is the plan of the settings it trained.
+    assert_eq!(h.plan.as_ref(), Some(app.plan()));
+    assert!(h.predicted_mib().is_some_and(|p| p > 0.0));
     assert!(app.status().starts_with("stopped at step 4"), "{}", app.status());
     assert!(app.evaluation().is_some_and(|e| e.samples == bundled().val.samples.len()));
     assert!(!dir.path().join("runs").exists(), "a run kept in memory writes no folder");

@@ -73,19 +73,19 @@ pub fn from_files(root: &str, files: Vec<(PathBuf, Arc<[u8]>)>, opts: &ScanOptio
             opts.val_fraction * 100.0,
             opts.seed
         );
-        return Ok(Splits { train, val, description, report, root: root_path });
+        return Ok(Splits { train, val, description, report, root: root_path, held_out: true });
     }
     let train = scan(&root_path, &["train"], &kept, opts, &mut report)?;
     let val_folder = VAL_FOLDERS.into_iter().find(|v| folder_exists(v));
     let Some(val_folder) = val_folder else {
         let (train, val) = split(train, opts);
         let description = format!("{root} (train/, {:.0}% held out)", opts.val_fraction * 100.0);
-        return Ok(Splits { train, val, description, report, root: root_path });
+        return Ok(Splits { train, val, description, report, root: root_path, held_out: true });
     };
     let mut val = scan(&root_path, &[val_folder], &kept, opts, &mut report)?;
     remap_labels(&mut val, &train.class_names, &root_path.join(val_folder))?;
     let description = format!("{root} (train/ and {val_folder}/)");
-    Ok(Splits { train, val, description, report, root: root_path })
+    Ok(Splits { train, val, description, report, root: root_path, held_out: false })
 }
 
 /// The path's normal components, or `None` when it is absolute or climbs out (`..`).
