@@ -32,8 +32,16 @@ pub(super) fn open_data(data: Option<&PathBuf>, config: &Config, allow_empty: bo
     if !splits.report.empty_classes.is_empty() {
         eprintln!("warning: skipped class folders with no images: {}", splits.report.empty_classes.join(", "));
     }
-    if !splits.report.ignored.is_empty() {
-        eprintln!("note: ignored {} hidden, OS-junk or non-image files", splits.report.ignored.len());
+    let ignored = &splits.report.ignored;
+    let unsupported = ignored.iter().filter(|(_, why)| dataset::is_unsupported_format(why)).count();
+    if unsupported > 0 {
+        eprintln!(
+            "warning: {unsupported} images in formats vramfit cannot read (HEIC, AVIF, RAW, ...) are left out: \
+             convert them to JPEG or PNG (`vramfit check-data` lists them)"
+        );
+    }
+    if ignored.len() > unsupported {
+        eprintln!("note: ignored {} hidden, OS-junk or non-image files", ignored.len() - unsupported);
     }
     Ok(splits)
 }
@@ -171,7 +179,13 @@ pub fn predict(args: PredictArgs) -> anyhow::Result<ExitCode> {
             eprintln!("note: {}: {notice}", path.display());
         }
     }
-    Ok(if failures == predicted.len() { ExitCode::FAILURE } else { ExitCode::SUCCESS })
+    // Like `cat` with a missing file: the readable images are predicted, and the exit status
+    // says that not all of them were.
+    if failures > 0 {
+        eprintln!("error: {failures} of {} images could not be predicted", predicted.len());
+        return Ok(ExitCode::FAILURE);
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 /// `vramfit plan`: exit status 0 when the configuration fits its budget, 2 when it does not.

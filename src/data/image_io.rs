@@ -63,7 +63,7 @@ impl Default for LoadOptions {
 ///
 /// # Errors
 /// [`Error::Image`] naming `path`, with the [`ImageFault`]: unreadable, empty, not an image,
-/// unsupported (HEIF), over the pixel cap, truncated or corrupt.
+/// unsupported (HEIC, AVIF, JPEG XL), over the pixel cap, truncated or corrupt.
 pub fn load_image(path: &Path, opts: &LoadOptions) -> Result<RgbImage> {
     load_image_scaled(path, opts, u32::MAX)
 }
@@ -110,7 +110,12 @@ pub fn decode_image_scaled(
     if bytes.is_empty() {
         return Err(ImageFault::Empty);
     }
-    let format = image::guess_format(bytes).map_err(|_| describe_unknown(bytes))?;
+    // A format the image crate recognises but was built without (AVIF) is described like one it
+    // does not know, naming the format.
+    let format = match image::guess_format(bytes) {
+        Ok(format) if format.reading_enabled() => format,
+        _ => return Err(describe_unknown(bytes)),
+    };
     let (width, height) = header_dimensions(bytes, format)?;
     if width as u64 * height as u64 > opts.max_pixels {
         return Err(ImageFault::OverPixelCap { width, height, max_pixels: opts.max_pixels });
@@ -197,13 +202,25 @@ fn limits_for(opts: &LoadOptions) -> Limits {
     limits
 }
 
-/// Why bytes that no decoder recognises were rejected.
+/// Why bytes that no decoder here reads were rejected: a known format named by its signature
+/// (ISO BMFF `ftyp` brands for HEIF/HEIC and AVIF, ISO/IEC 18181-2 for JPEG XL's codestream
+/// `FF 0A` and container `00 00 00 0C 'JXL '`, Adobe's `8BPS` for Photoshop), text, or neither.
 fn describe_unknown(bytes: &[u8]) -> ImageFault {
+    let unsupported = |format: String| ImageFault::Unsupported { format };
     if bytes.len() >= 12 && &bytes[4..8] == b"ftyp" {
         let brand = String::from_utf8_lossy(&bytes[8..12]).to_string();
-        if ["heic", "heix", "hevc", "heim", "heis", "mif1", "msf1", "avif"].contains(&brand.as_str()) {
-            return ImageFault::Heif { brand };
+        if ["avif", "avis"].contains(&brand.as_str()) {
+            return unsupported(format!("AVIF image (brand `{brand}`)"));
         }
+        if ["heic", "heix", "hevc", "heim", "heis", "mif1", "msf1"].contains(&brand.as_str()) {
+            return unsupported(format!("HEIF/HEIC image (brand `{brand}`)"));
+        }
+    }
+    if bytes.starts_with(&[0xFF, 0x0A]) || bytes.starts_with(b"\0\0\0\x0cJXL ") {
+        return unsupported("JPEG XL image".into());
+    }
+    if bytes.starts_with(b"8BPS") {
+        return unsupported("Photoshop document (PSD)".into());
     }
     let head = &bytes[..bytes.len().min(64)];
     if head.iter().all(|b| b.is_ascii_graphic() || b.is_ascii_whitespace()) {

@@ -271,7 +271,10 @@ mod tests {
         let val = names(&restored.val, root);
         assert!(val.contains(&"cat/a.png".to_string()) && val.contains(&"dog/d.png".to_string()), "{val:?}");
         assert!(names(&restored.train, root).contains(&"dog/c.png".to_string()));
-        assert_eq!((changes.deleted.clone(), changes.changed.clone()), (vec!["cat/b.png".into()], vec!["dog/c.png".into()]));
+        assert_eq!(
+            (changes.deleted.clone(), changes.changed.clone()),
+            (vec!["cat/b.png".into()], vec!["dog/c.png".into()])
+        );
         let to_val: Vec<&String> = added.iter().filter(|p| held_out_by_hash(p, 0.25) == Split::Val).collect();
         assert_eq!((changes.added, changes.added_to_val), (40, to_val.len()));
         assert!((4..=16).contains(&to_val.len()), "about a quarter of 40 go to validation: {}", to_val.len());

@@ -86,11 +86,12 @@ pub enum ImageFault {
     /// The file has no bytes.
     #[error("empty file (0 bytes)")]
     Empty,
-    /// A HEIF/HEIC/AVIF container, which no decoder here reads.
-    #[error("HEIF/HEIC image (brand `{brand}`) is not supported; convert it to JPEG or PNG")]
-    Heif {
-        /// The `ftyp` brand, e.g. `heic`.
-        brand: String,
+    /// A format recognised by its content that no decoder here reads (HEIC, AVIF, JPEG XL, ...).
+    #[error("{format} is not supported; convert it to JPEG or PNG")]
+    Unsupported {
+        /// The format as users know it, with what identified it, e.g. "HEIF/HEIC image (brand
+        /// `heic`)".
+        format: String,
     },
     /// Text, or bytes that match no supported format.
     #[error("not an image: {0}")]
@@ -141,7 +142,7 @@ impl ImageFault {
         match self {
             ImageFault::Unreadable(_) => "cannot read",
             ImageFault::Empty => "empty file",
-            ImageFault::Heif { .. } => "HEIF/HEIC not supported",
+            ImageFault::Unsupported { .. } => "format not supported",
             ImageFault::NotAnImage(_) => "not an image",
             ImageFault::BadHeader { .. } => "unreadable header",
             ImageFault::OverPixelCap { .. } => "over data.max_image_pixels",

@@ -455,7 +455,9 @@ impl VramfitApp {
             view_tabs_ui(ui, self.view, &mut commands);
             ui.separator();
             match self.view {
-                View::Training => plots_ui(ui, &self.history, self.settings.config.memory.memory_budget_bytes, &mut commands),
+                View::Training => {
+                    plots_ui(ui, &self.history, self.settings.config.memory.memory_budget_bytes, &mut commands)
+                }
                 View::Evaluation => {
                     evaluation_ui(ui, self.evaluation.as_ref(), can_evaluate, evaluating, &mut commands);
                 }

@@ -18,8 +18,8 @@ use crate::device::SelectedDevice;
 use crate::engine::error::{Error, Result};
 use crate::engine::events::{Event, EventSink};
 use crate::inference::eval::{self, EvalResult};
-use crate::memory::{self, human_bytes};
 use crate::memory::probe::MemoryTracker;
+use crate::memory::{self, human_bytes};
 use crate::model::Classifier;
 
 /// What a finished (or stopped) run leaves: its summary, and the model for a run kept in memory.

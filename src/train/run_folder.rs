@@ -49,23 +49,20 @@ pub(super) fn claim(out: &Path, resume: bool, data: &Path, config: &Config, sink
     Ok(Claimed { _lock: lock, stored: Some(stored) })
 }
 
-/// Phase 1 for a run folder, once claimed: the data the run trains on. A new run records its
-/// files and split (`data_files.json`, [`SplitRecord`]) and trains on `splits`; a resume puts
-/// `splits` (a fresh scan) back into the recorded split, says what changed since, records the
-/// result and returns it. A run recorded before vramfit kept the record has it written now.
-///
-/// # Errors
-/// [`Error::Io`] when the record cannot be written; an unreadable record is a warning (the fresh
-/// scan is used and recorded).
+/// Phase 1 for a run folder, once claimed: the data the run trains on. A new run trains on
+/// `splits`; a resume puts `splits` (a fresh scan) back into the split its `data_files.json`
+/// recorded ([`SplitRecord`]), says what changed since and returns the result. The record is
+/// (re)written by [`Run::open_store`] once the run is sure to go on; a run made before vramfit
+/// kept the record gets one then. An unreadable record is a warning (the fresh scan is used).
 pub(super) fn data_of_run(
     out: &Path,
     resumed: bool,
     splits: &Splits,
     val_fraction: f64,
     sink: EventSink,
-) -> Result<Option<Splits>> {
+) -> Option<Splits> {
     let path = out.join(run_dir::DATA_FILES);
-    let restored = match (resumed, std::fs::read(&path)) {
+    match (resumed, std::fs::read(&path)) {
         (false, _) => None,
         (true, Ok(bytes)) => match serde_json::from_slice::<SplitRecord>(&bytes) {
             Ok(record) => {
@@ -91,21 +88,18 @@ pub(super) fn data_of_run(
             )));
             None
         }
-    };
-    let record = SplitRecord::of(restored.as_ref().unwrap_or(splits));
-    let json = serde_json::to_vec(&record).map_err(|e| Error::io(&path, e))?;
-    crate::atomic_file::write_atomic(&path, &json)?;
-    Ok(restored)
+    }
 }
 
 impl Run<'_> {
     /// Phase 3 for a run folder claimed by [`claim`]: temporaries of an interrupted save removed,
-    /// the run resumed when asked (`stored`: its config before this invocation), its manifest and
-    /// `config.toml` written; nothing for a run kept in memory.
+    /// the run resumed when asked (`stored`: its config before this invocation), its manifest,
+    /// the record of `splits` (what it trains on) and `config.toml` written; nothing for a run
+    /// kept in memory.
     ///
     /// # Errors
     /// [`Error::Io`] for the folder's files; resume errors as [`Run::resume`].
-    pub(super) fn open_store(&mut self, stored: Option<&Config>, sink: EventSink) -> Result<()> {
+    pub(super) fn open_store(&mut self, stored: Option<&Config>, splits: &Splits, sink: EventSink) -> Result<()> {
         let Store::Folder { out, .. } = self.options.store else { return Ok(()) };
         let leftovers = checkpoint::remove_temporaries(out);
         if leftovers > 0 {
@@ -124,6 +118,9 @@ impl Run<'_> {
             }
         }
         run_dir::write_manifest(out)?;
+        let record = out.join(run_dir::DATA_FILES);
+        let json = serde_json::to_vec(&SplitRecord::of(splits)).map_err(|e| Error::io(&record, e))?;
+        crate::atomic_file::write_atomic(&record, &json)?;
         // On resume this records the overrides that were applied (epochs, batch size, budget, ...).
         crate::atomic_file::write_atomic(&out.join(run_dir::CONFIG), self.config.to_toml().as_bytes())?;
         Ok(())

@@ -263,3 +263,52 @@ fn c15_mixed_sizes_in_mode_none_are_refused_before_training() {
     assert_eq!(h, w, "a square image trains square");
     assert!((252..=256).contains(&h), "255 px trains at its own (rounded) size, not {h}");
 }
+
+/// C42: every name of JPEG is a JPEG; formats no decoder here reads are named with the fix, by
+/// extension in a scan and by content in predict (which exits 1 when an image is unreadable);
+/// a class folder holding only HEIC photos says so instead of "no images".
+#[test]
+fn c42_every_jpeg_extension_is_an_image_and_unsupported_formats_are_named_with_the_fix() {
+    let data = cases().join("C42/dataset");
+    let opts = ScanOptions { val_fraction: 0.0, seed: 1, allow_empty_classes: false };
+    let splits = dataset::open(&data, &opts).unwrap();
+    let names: Vec<String> =
+        splits.train.samples.iter().map(|s| s.source.describe().rsplit('/').next().unwrap().to_string()).collect();
+    for jpeg in ["camera.jpe", "saved_from_browser.jfif", "SCAN.JFIF", "old.jif", "print_cmyk.tif"] {
+        assert!(names.iter().any(|n| n == jpeg), "{jpeg} not taken: {names:?}");
+    }
+    assert_eq!(splits.train.class_counts(), [9, 8]);
+    let why = |file: &str| splits.report.ignored.iter().find(|(p, _)| p.ends_with(file)).map(|(_, w)| *w).unwrap();
+    assert!(why("IMG_0001.HEIC").starts_with("HEIC/HEIF photo") && why("IMG_0002.heif").contains("convert it to JPEG"));
+    assert!(why("modern.avif").starts_with("AVIF image") && why("future.jxl").starts_with("JPEG XL image"));
+    assert_eq!(splits.report.ignored.len(), 4);
+    // Decoded by content, whatever the name.
+    for (file, format) in
+        [("b/IMG_0001.HEIC", "HEIF/HEIC image"), ("b/modern.avif", "AVIF image"), ("b/future.jxl", "JPEG XL")]
+    {
+        let e = load_image(&data.join(file), &LoadOptions::default()).unwrap_err().to_string();
+        assert!(e.contains(format) && e.contains("convert it to JPEG or PNG"), "{file}: {e}");
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let run = dir.path().join("run");
+    let (ok, log) = cli_train(&data, &run, &["--epochs", "1", "--batch-size", "4"]);
+    assert!(ok && log.contains("4 images in formats vramfit cannot read"), "{log}");
+    let (ok, log) = vramfit_cli(&[
+        "predict".as_ref(),
+        "--device".as_ref(),
+        "cpu".as_ref(),
+        "--model".as_ref(),
+        run.as_os_str(),
+        data.join("a/saved_from_browser.jfif").as_os_str(),
+        data.join("b/modern.avif").as_os_str(),
+    ]);
+    assert!(
+        !ok && log.contains("saved_from_browser.jfif: a ") && log.contains("1 of 2 images could not be predicted"),
+        "{log}"
+    );
+    let (ok, log) = cli_train(&cases().join("C42/dataset_iphone"), &dir.path().join("iphone"), &["--epochs", "1"]);
+    assert!(
+        !ok && log.contains("class folders with no images: iphone (its 4 files cannot be read: HEIC/HEIF"),
+        "{log}"
+    );
+}

@@ -5,8 +5,8 @@ use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 
 use super::{
-    Dataset, IGNORED_DANGLING, IGNORED_EXTENSION, IGNORED_JUNK, Sample, SampleSource, ScanOptions, ScanReport,
-    has_image_extension, holds_only_runs, is_junk, is_run_folder,
+    Dataset, IGNORED_DANGLING, IGNORED_JUNK, Sample, SampleSource, ScanOptions, ScanReport, has_image_extension,
+    holds_only_runs, ignored_because, is_junk, is_run_folder,
 };
 use crate::engine::error::{Error, Result};
 
@@ -70,7 +70,7 @@ pub(super) fn scan_folder_inner(
         if !opts.allow_empty_classes {
             refuse(format!(
                 "class folders with no images: {}; add images, delete the folders, or pass --allow-empty-classes to skip them",
-                empty.join(", ")
+                super::describe_empty_classes(root, &empty, &report)
             ))?;
         }
         report.empty_classes = empty;
@@ -130,7 +130,7 @@ fn walk_class(
         } else if is_dangling(&entry) {
             report.ignored.push((path, IGNORED_DANGLING));
         } else {
-            report.ignored.push((path, IGNORED_EXTENSION));
+            report.ignored.push((path.clone(), ignored_because(&path)));
         }
     }
 }
@@ -170,7 +170,7 @@ fn sort_root_entries(root: &Path, entries: std::fs::ReadDir, report: &mut ScanRe
         } else if is_dangling(&entry) {
             report.ignored.push((path, IGNORED_DANGLING));
         } else {
-            report.ignored.push((path, IGNORED_EXTENSION));
+            report.ignored.push((path.clone(), ignored_because(&path)));
         }
     }
     found.class_dirs.sort_by(|a, b| a.0.cmp(&b.0));

@@ -16,8 +16,8 @@ use std::path::{Component, Path, PathBuf};
 use std::sync::Arc;
 
 use super::{
-    Dataset, IGNORED_EXTENSION, IGNORED_JUNK, Sample, SampleSource, ScanOptions, ScanReport, Splits,
-    has_image_extension, is_junk, remap_labels, split,
+    Dataset, IGNORED_JUNK, Sample, SampleSource, ScanOptions, ScanReport, Splits, has_image_extension, ignored_because,
+    is_junk, remap_labels, split,
 };
 use crate::engine::error::{Error, Result};
 
@@ -56,7 +56,7 @@ pub fn from_files(root: &str, files: Vec<(PathBuf, Arc<[u8]>)>, opts: &ScanOptio
                 report.ignored.push((ignored, IGNORED_JUNK));
             }
         } else if !has_image_extension(&path) {
-            report.ignored.push((root_path.join(&path), IGNORED_EXTENSION));
+            report.ignored.push((root_path.join(&path), ignored_because(&path)));
         }
         let taken = junk.is_none() && has_image_extension(&path);
         kept.push((parts, taken.then_some(bytes)));
@@ -145,13 +145,11 @@ fn scan(root: &Path, prefix: &[&str], files: &[Entry], opts: &ScanOptions, repor
     let empty: Vec<String> =
         classes.iter().filter(|(_, images)| images.is_empty()).map(|(c, _)| c.to_string()).collect();
     if !empty.is_empty() && !opts.allow_empty_classes {
-        return Err(Error::Dataset {
-            path: dir,
-            message: format!(
-                "class folders with no images: {}; add images, delete the folders, or pass --allow-empty-classes to skip them",
-                empty.join(", ")
-            ),
-        });
+        let message = format!(
+            "class folders with no images: {}; add images, delete the folders, or pass --allow-empty-classes to skip them",
+            super::describe_empty_classes(&dir, &empty, report)
+        );
+        return Err(Error::Dataset { path: dir, message });
     }
     report.empty_classes.extend(empty);
     let mut dataset = Dataset::default();
