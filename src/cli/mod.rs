@@ -149,27 +149,10 @@ fn parse_preprocess(s: &str) -> Result<PreprocessMode, String> {
 
 /// `--budget`: bytes, or a size with a unit ([`parse_bytes`]).
 fn parse_budget(s: &str) -> Result<u64, String> {
-    parse_bytes(s).ok_or_else(|| "expected bytes or a size with a unit, e.g. 6GiB, 512MiB, 8GB".to_string())
+    parse_bytes(s).ok_or_else(|| crate::config::byte_size::not_a_size(s))
 }
 
-/// `6GiB`, `512MiB`, `8GB`, `1000000` -> bytes.
-pub fn parse_bytes(s: &str) -> Option<u64> {
-    let s = s.trim();
-    let split = s.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(s.len());
-    let (num, unit) = s.split_at(split);
-    let v: f64 = num.parse().ok()?;
-    let mult: f64 = match unit.trim().to_ascii_lowercase().as_str() {
-        "" | "b" => 1.0,
-        "k" | "kb" => 1e3,
-        "kib" => 1024.0,
-        "m" | "mb" => 1e6,
-        "mib" => 1024.0 * 1024.0,
-        "g" | "gb" => 1e9,
-        "gib" => 1024.0 * 1024.0 * 1024.0,
-        _ => return None,
-    };
-    Some((v * mult) as u64)
-}
+pub use crate::config::byte_size::parse_bytes;
 
 /// Which device: the GPU adapter (default) or a CPU backend.
 #[derive(Args, Debug, Clone, Default)]
@@ -313,14 +296,6 @@ pub fn device_flags(choice: DeviceChoice) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn byte_sizes() {
-        assert_eq!(parse_bytes("6GiB"), Some(6 << 30));
-        assert_eq!(parse_bytes("512 MiB"), Some(512 << 20));
-        assert_eq!(parse_bytes("8GB"), Some(8_000_000_000));
-        assert_eq!(parse_bytes("12x"), None);
-    }
 
     /// Just the config flags, as a command line gives them.
     #[derive(Parser)]

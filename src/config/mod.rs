@@ -4,7 +4,9 @@
 //! `[augment]`, `[train]`, `[optimizer]`, `[memory]`. Unknown keys are errors (a typo must not
 //! silently fall back to a default) and every value is range-checked by [`Config::validate`].
 
+pub mod byte_size;
 pub mod presets;
+pub mod user_text;
 
 use serde::{Deserialize, Serialize};
 use std::path::Path;
@@ -310,7 +312,9 @@ impl Default for OptimizerConfig {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct MemoryConfig {
-    /// Device bytes the run may use at its peak (the tier: 4, 6, 8 or 12 GiB).
+    /// Device bytes the run may use at its peak (the tier: 4, 6, 8 or 12 GiB). A file may write
+    /// it with a unit, as the command line does (`"6GiB"`, [`byte_size::parse_bytes`]).
+    #[serde(deserialize_with = "byte_size::deserialize")]
     pub memory_budget_bytes: u64,
     /// Emulate a card of exactly `memory_budget_bytes` (a tier on a larger card or a software
     /// adapter): a step after which the device's reserved bytes exceed the budget fails as out of
@@ -347,10 +351,10 @@ impl Config {
     /// [`Error::Config`] naming the file for unreadable files, TOML syntax, unknown keys
     /// and out-of-range values.
     pub fn load(path: &Path) -> Result<Self> {
-        let text = std::fs::read_to_string(path).map_err(|e| Error::Config {
-            source_name: path.display().to_string(),
-            message: format!("cannot read it ({e}); pass an existing file such as configs/quickstart.toml"),
-        })?;
+        let err = |message: String| Error::Config { source_name: path.display().to_string(), message };
+        let bytes = std::fs::read(path)
+            .map_err(|e| err(format!("cannot read it ({e}); pass an existing file such as configs/quickstart.toml")))?;
+        let text = user_text::decode(&bytes).map_err(err)?;
         Self::from_toml(&text, &path.display().to_string())
     }
 
@@ -359,8 +363,10 @@ impl Config {
     /// # Errors
     /// [`Error::Config`] for syntax, unknown keys and out-of-range values.
     pub fn from_toml(text: &str, source_name: &str) -> Result<Self> {
-        let config: Config = toml::from_str(text)
-            .map_err(|e| Error::Config { source_name: source_name.to_string(), message: one_line(&e.to_string()) })?;
+        let config: Config = toml::from_str(text).map_err(|e| Error::Config {
+            source_name: source_name.to_string(),
+            message: user_text::with_suggestion(&one_line(&e.to_string())),
+        })?;
         config.validate(source_name)?;
         Ok(config)
     }
@@ -397,16 +403,20 @@ impl Config {
         let parts: Vec<&str> = key.split('.').collect();
         for (i, part) in parts.iter().enumerate() {
             let table = node.as_table_mut().ok_or_else(|| err(format!("`{key}` is not a config key")))?;
+            let known: Vec<String> = table.keys().cloned().collect();
+            let Some(next) = table.get_mut(*part) else {
+                let known: Vec<&str> = known.iter().map(String::as_str).collect();
+                let hint = match user_text::did_you_mean(part, &known) {
+                    Some(close) => format!("did you mean `{}`?", [&parts[..i], &[close]].concat().join(".")),
+                    None => "see configs/quickstart.toml for every key".into(),
+                };
+                return Err(err(format!("unknown key `{key}`; {hint}")));
+            };
             if i + 1 == parts.len() {
-                if !table.contains_key(*part) {
-                    return Err(err(format!("unknown key `{key}`; see configs/quickstart.toml for every key")));
-                }
-                table.insert(part.to_string(), value.clone());
+                *next = value.clone();
                 break;
             }
-            node = table
-                .get_mut(*part)
-                .ok_or_else(|| err(format!("unknown key `{key}`; see configs/quickstart.toml for every key")))?;
+            node = next;
         }
         root.try_into().map_err(|e: toml::de::Error| err(one_line(&e.to_string())))
     }

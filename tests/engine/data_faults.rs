@@ -400,3 +400,41 @@ fn check_data_on_a_folder_mixing_the_second_set_names_every_problem_and_exits_0(
     let (ok, log) = cli_train(&root, &dir.path().join("run"), &["--epochs", "1"]);
     assert!(!ok && log.contains("not valid UTF-8"), "{log}");
 }
+
+/// C35: configs as people save them. A BOM, CRLF line ends and UTF-16 (with its BOM) read as the
+/// same config; Latin-1 is refused naming the byte, its line and the fix; a misspelt key or
+/// section gets "did you mean", in files and in `--set`; a budget is written with a unit in a
+/// file exactly as on the command line.
+#[test]
+fn c35_configs_as_people_save_them_load_or_say_how_to_fix_them() {
+    let configs = cases().join("C35/configs");
+    let load = |f: &str| Config::load(&configs.join(f));
+    let reference = load("utf8_bom.toml").unwrap();
+    assert_eq!(load("crlf.toml").unwrap(), reference);
+    assert_eq!(load("utf16le_bom.toml").unwrap(), reference);
+    let e = load("latin1_comment.toml").unwrap_err().to_string();
+    assert!(e.contains("byte 0xF6 at line 3, column 5 is not UTF-8") && e.contains("save it as UTF-8"), "{e}");
+    for (file, hint) in [("typo_key.toml", "`lr`"), ("typo_section.toml", "`train`"), ("typo_case.toml", "`batch_size`")] {
+        let e = load(file).unwrap_err().to_string();
+        assert!(e.ends_with(&format!("did you mean {hint}?")), "{file}: {e}");
+    }
+    let mut config = Config::default();
+    let e = config.set("train.epoch=3").unwrap_err().to_string();
+    assert!(e.contains("unknown key `train.epoch`; did you mean `train.epochs`?"), "{e}");
+    let e = config.set("optimizer.learning_rate=0.001").unwrap_err().to_string();
+    assert!(e.contains("did you mean `optimizer.lr`?"), "{e}");
+    assert!(!config.set("train.colour=1").unwrap_err().to_string().contains("did you mean"));
+    let budget = |value: &str| {
+        Config::from_toml(&format!("[memory]\nmemory_budget_bytes = {value}\n"), "t.toml")
+            .map(|c| c.memory.memory_budget_bytes)
+            .map_err(|e| e.to_string())
+    };
+    assert_eq!(budget("\"6GiB\""), Ok(6 << 30));
+    assert_eq!(budget("\"6144MiB\""), Ok(6 << 30));
+    assert_eq!(budget("\"6 GB\""), Ok(6_000_000_000));
+    assert_eq!(budget("6442450944"), Ok(6 << 30));
+    assert!(budget("\"6,5GiB\"").unwrap_err().contains("write decimals with a dot"));
+    assert!(budget("-1").unwrap_err().contains("is negative"));
+    config.set("memory.memory_budget_bytes=1.5GiB").unwrap();
+    assert_eq!(config.memory.memory_budget_bytes, 3 << 29);
+}
