@@ -119,7 +119,18 @@ pub(crate) struct Trainer {
     /// `memory.cap_to_budget`: the bytes reserved that fail a step as out of memory (the live
     /// budget; the run updates it when a client changes the budget).
     pub(crate) memory_cap: Option<u64>,
+    /// Steps in a row whose loss was over [`EXPLODING_LOSS_FACTOR`] times the chance level.
+    pub(crate) exploding_steps: usize,
 }
+
+/// A loss over this many times the chance-level loss `ln(classes)` (what an untrained network
+/// scores, and where every run starts) on [`EXPLODING_STEPS`] steps in a row is a diverging run:
+/// it stops with the same diagnosis as a non-finite loss, before it reaches one. A healthy run
+/// never comes near it (its loss falls from `ln(classes)`); with `optimizer.lr = 10` the loss
+/// of the C36 case is 41177 at its second step against a chance level of 0.69.
+pub const EXPLODING_LOSS_FACTOR: f32 = 10.0;
+/// See [`EXPLODING_LOSS_FACTOR`].
+pub const EXPLODING_STEPS: usize = 2;
 
 impl Trainer {
     pub(crate) fn new(
@@ -169,6 +180,7 @@ impl Trainer {
             optim,
             schedule,
             state,
+            exploding_steps: 0,
             tracker: MemoryTracker::default(),
             memory_cap: config.memory.cap_to_budget.then_some(config.memory.memory_budget_bytes),
         }
@@ -274,12 +286,9 @@ impl Trainer {
             if self.precision == Precision::F32
                 || self.state.scaler.skipped_in_a_row >= self.config.train.max_skipped_steps
             {
-                return Err(StepError::Fatal(Error::Diverged(diagnosis(
-                    loss,
-                    grad_norm,
-                    &self.config,
-                    self.state.global_step,
-                ))));
+                let step = self.state.global_step + 1;
+                let what = format!("non-finite values at step {step} (loss {loss}, gradient norm {grad_norm})");
+                return Err(StepError::Fatal(Error::Diverged(diagnosis(&what, &self.config))));
             }
             sink(Event::Warning(format!(
                 "step {}: f16 gradients overflowed; step skipped, loss scale lowered to {}",
@@ -287,6 +296,18 @@ impl Trainer {
                 self.state.scaler.scale
             )));
             return Ok(StepStats { loss, accuracy, images: total, applied });
+        }
+        let chance = (self.state.class_names.len().max(2) as f32).ln();
+        self.exploding_steps = if loss > EXPLODING_LOSS_FACTOR * chance { self.exploding_steps + 1 } else { 0 };
+        if self.exploding_steps >= EXPLODING_STEPS {
+            self.model = Some(model);
+            let what = format!(
+                "the loss is {loss} at step {}, over {EXPLODING_LOSS_FACTOR} times the chance-level loss ln({}) = {chance:.2} \
+                 for {EXPLODING_STEPS} steps in a row",
+                self.state.global_step + 1,
+                self.state.class_names.len()
+            );
+            return Err(StepError::Fatal(Error::Diverged(diagnosis(&what, &self.config))));
         }
         let clip = self.config.train.grad_clip_norm;
         let clip_factor = if clip > 0.0 && grad_norm > clip { clip / (grad_norm + 1e-6) } else { 1.0 };
@@ -441,14 +462,14 @@ pub(crate) fn precision_on(config: &Config, device: &SelectedDevice) -> Precisio
     }
 }
 
-/// The NaN guard's message: the values seen and the likely causes in order.
-fn diagnosis(loss: f32, grad_norm: f32, config: &Config, step: usize) -> String {
+/// The divergence message (a non-finite or exploding loss): `what` was seen, then the likely
+/// causes in order.
+fn diagnosis(what: &str, config: &Config) -> String {
     format!(
-        "non-finite values at step {} (loss {loss}, gradient norm {grad_norm}). Likely causes, most likely first: \
+        "{what}. Likely causes, most likely first: \
          1) learning rate too high (optimizer.lr = {}; try {:.1e}), \
          2) head init too large (model.head_init_std = {}; 0.01 is safe), \
          3) un-normalized inputs (data.mean/std = {:?}/{:?}). The last good checkpoint is kept.",
-        step + 1,
         config.optimizer.lr,
         config.optimizer.lr / 10.0,
         config.model.head_init_std,

@@ -454,6 +454,15 @@ fn c36_numbers_out_of_proportion_to_the_dataset_are_clamped_or_refused() {
     let (ok, log) = cli_train(&data, &steps0, &["--epochs", "1", "--max-steps", "0"]);
     assert!(!ok && log.contains("0 steps would train nothing"), "{log}");
     assert!(!steps0.exists(), "a refused command writes no run folder");
+    // lr 10: the loss explodes (41177 at step 2, 14018 at step 3, against ln 2 = 0.69): stopped
+    // at step 3 with the divergence diagnosis, before training on.
+    let lr10 = dir.path().join("lr10");
+    let (ok, log) = cli_train(&data, &lr10, &["--epochs", "5", "--batch-size", "4", "--lr", "10"]);
+    assert!(!ok, "{log}");
+    assert!(log.contains("over 10 times the chance-level loss ln(2) = 0.69 for 2 steps in a row"), "{log}");
+    assert!(log.contains("learning rate too high (optimizer.lr = 10"), "{log}");
+    assert!(log.contains("at step 3, over"), "{log}");
+    assert_eq!(metric_steps(&lr10), [1, 2], "the steps up to the explosion, and no more");
 }
 
 /// A checkpoint written before `state.json` had `split_factor`, `scaler` and
