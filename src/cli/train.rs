@@ -164,9 +164,9 @@ fn new_run_config(args: &TrainArgs, out: &Path) -> anyhow::Result<Config> {
     Ok(args.config.load()?)
 }
 
-/// The dataset folder: the spec's, or on resume the one the run folder remembers (`data.txt`);
-/// `None` is the bundled subset. A new run writes its folder into `data.txt`, so `--resume`
-/// needs only `--out`.
+/// The dataset folder: the spec's, or on resume the one the run folder remembers (`data.txt`,
+/// written by the run once it holds the folder); `None` is the bundled subset. A new run's
+/// folder is made here (the worker starts in it).
 fn data_folder(spec: &TrainingSpec) -> anyhow::Result<Option<PathBuf>> {
     let out = &spec.out_dir;
     let data_note = out.join(DATA_NOTE);
@@ -178,7 +178,6 @@ fn data_folder(spec: &TrainingSpec) -> anyhow::Result<Option<PathBuf>> {
     if !spec.resume && !spec.overfit_check {
         let path = data.clone().map_or_else(dataset::bundled_dataset_dir, |d| d.canonicalize().unwrap_or(d));
         crate::train::run_dir::create(out, &path)?;
-        crate::atomic_file::write_atomic(&data_note, format!("{}\n", path.display()).as_bytes())?;
     }
     Ok(data)
 }

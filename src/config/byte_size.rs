@@ -54,7 +54,11 @@ pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
             u64::try_from(v).map_err(|_| E::custom(format!("{v} is negative: write {SIZE_FORMAT}")))
         }
         fn visit_f64<E: de::Error>(self, v: f64) -> Result<u64, E> {
-            Err(E::custom(format!("{v} is not a whole number of bytes: write {SIZE_FORMAT}")))
+            // `6e9` and `6.0` are whole numbers written as floats.
+            if v >= 0.0 && v.fract() == 0.0 && v < u64::MAX as f64 {
+                return Ok(v as u64);
+            }
+            Err(E::custom(format!("{v} bytes is not a whole, non-negative number: write {SIZE_FORMAT}")))
         }
         fn visit_str<E: de::Error>(self, v: &str) -> Result<u64, E> {
             parse_bytes(v).ok_or_else(|| E::custom(not_a_size(v)))

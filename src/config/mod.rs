@@ -355,6 +355,9 @@ impl Config {
         let bytes = std::fs::read(path)
             .map_err(|e| err(format!("cannot read it ({e}); pass an existing file such as configs/quickstart.toml")))?;
         let text = user_text::decode(&bytes).map_err(err)?;
+        if text.trim().is_empty() {
+            return Err(err("the file is empty: copy configs/quickstart.toml and edit it, or name a preset".into()));
+        }
         Self::from_toml(&text, &path.display().to_string())
     }
 
@@ -405,9 +408,8 @@ impl Config {
             let table = node.as_table_mut().ok_or_else(|| err(format!("`{key}` is not a config key")))?;
             let known: Vec<String> = table.keys().cloned().collect();
             let Some(next) = table.get_mut(*part) else {
-                let known: Vec<&str> = known.iter().map(String::as_str).collect();
-                let hint = match user_text::did_you_mean(part, &known) {
-                    Some(close) => format!("did you mean `{}`?", [&parts[..i], &[close]].concat().join(".")),
+                let hint = match self.closest_key(&parts, i, &known) {
+                    Some(close) => format!("did you mean `{close}`?"),
                     None => "see configs/quickstart.toml for every key".into(),
                 };
                 return Err(err(format!("unknown key `{key}`; {hint}")));
@@ -419,6 +421,22 @@ impl Config {
             node = next;
         }
         root.try_into().map_err(|e: toml::de::Error| err(one_line(&e.to_string())))
+    }
+
+    /// The key that `parts` (unknown from `parts[i]`, whose table holds `known`) most likely
+    /// meant: `parts[i]` respelt at its level with the rest kept (`optimiser.lr` ->
+    /// `optimizer.lr`), else the key whose last part is closest to the last of `parts`
+    /// anywhere in the config (`epochs` -> `train.epochs`).
+    fn closest_key(&self, parts: &[&str], i: usize, known: &[String]) -> Option<String> {
+        let known: Vec<&str> = known.iter().map(String::as_str).collect();
+        if let Some(close) = user_text::did_you_mean(parts[i], &known) {
+            return Some([&parts[..i], &[close], &parts[i + 1..]].concat().join("."));
+        }
+        let mut leaves = Vec::new();
+        collect_leaves(&toml::Value::try_from(self).ok()?, String::new(), &mut leaves);
+        let last: Vec<&str> = leaves.iter().map(|k| k.rsplit('.').next().unwrap_or(k)).collect();
+        let close = user_text::did_you_mean(parts[parts.len() - 1], &last)?;
+        leaves.iter().find(|k| k.rsplit('.').next() == Some(close)).cloned()
     }
 
     /// Applies several `KEY=VALUE` overrides and validates once at the end, so overrides that
@@ -440,6 +458,19 @@ impl Config {
     /// Side length in pixels of the square images the network is trained on.
     pub fn image_size_px(&self) -> usize {
         self.data.preprocess.crop_size
+    }
+}
+
+/// The dotted paths of every value under `value` that is not a table, into `out`.
+fn collect_leaves(value: &toml::Value, prefix: String, out: &mut Vec<String>) {
+    match value.as_table() {
+        Some(table) => {
+            for (k, v) in table {
+                let path = if prefix.is_empty() { k.clone() } else { format!("{prefix}.{k}") };
+                collect_leaves(v, path, out);
+            }
+        }
+        None => out.push(prefix),
     }
 }
 

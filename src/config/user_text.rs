@@ -22,6 +22,13 @@ pub fn decode(bytes: &[u8]) -> Result<String, String> {
         _ => {}
     }
     let bytes = bytes.strip_prefix(&[0xEF, 0xBB, 0xBF]).unwrap_or(bytes);
+    // UTF-16 (or UTF-32) text without a BOM: every other byte of ASCII text is 0, which no
+    // config written as UTF-8 holds.
+    if bytes.len() >= 4 && bytes.iter().filter(|&&b| b == 0).count() * 4 >= bytes.len() {
+        return Err("the file looks like UTF-16 or UTF-32 without a byte-order mark (its bytes are every other one \
+                    0): save it as UTF-8"
+            .into());
+    }
     match std::str::from_utf8(bytes) {
         Ok(text) => Ok(text.to_string()),
         Err(e) => {
@@ -94,6 +101,8 @@ mod tests {
         let e = decode(b"# caf\xe9\nname = \"x\"\n").unwrap_err();
         assert!(e.starts_with("byte 0xE9 at line 1, column 6 is not UTF-8") && e.contains("save it as UTF-8"), "{e}");
         assert!(decode(b"a = 1\n\nb = \"\xff\"").unwrap_err().contains("line 3, column 6"));
+        let no_bom: Vec<u8> = text.encode_utf16().flat_map(u16::to_le_bytes).collect();
+        assert!(decode(&no_bom).unwrap_err().contains("UTF-16 or UTF-32 without a byte-order mark"));
     }
 
     #[test]

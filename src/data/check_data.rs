@@ -165,6 +165,9 @@ impl DecodeSurvey {
             for f in files.iter().take(5) {
                 let _ = writeln!(s, "    {f}");
             }
+            if files.len() > 5 {
+                let _ = writeln!(s, "    and {} more", files.len() - 5);
+            }
         }
     }
 

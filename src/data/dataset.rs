@@ -81,7 +81,7 @@ const UNSUPPORTED_FORMATS: [(&[&str], &str); 6] = [
         "camera RAW file: not supported; export it as JPEG or PNG",
     ),
     (&["psd"], "Photoshop document: not supported; export it as JPEG or PNG"),
-    (&["svg"], "SVG vector image: not supported; render it as PNG"),
+    (&["svg", "svgz"], "SVG vector image: not supported; render it as PNG"),
 ];
 
 /// Fashion-MNIST's class names, label order.
@@ -325,11 +325,19 @@ impl Splits {
         None
     }
 
-    /// Warnings about the validation split: empty (metrics show as n/a), or classes without a
-    /// validation image.
+    /// Warnings about the splits: classes without a training image (files deleted since a run
+    /// began), an empty validation split (metrics show as n/a), or classes without a validation
+    /// image.
     pub fn validation_warnings(&self) -> Vec<String> {
         let names = &self.train.class_names;
         let mut warnings = Vec::new();
+        let untrained: Vec<&String> =
+            names.iter().zip(self.train.class_counts()).filter(|(_, c)| *c == 0).map(|(n, _)| n).collect();
+        if !untrained.is_empty() {
+            warnings.push(format!(
+                "classes with no training image: {untrained:?}; the network cannot learn them (add images)"
+            ));
+        }
         let val_counts = self.val.class_counts();
         if self.val.samples.is_empty() {
             warnings.push(format!(

@@ -204,7 +204,8 @@ fn limits_for(opts: &LoadOptions) -> Limits {
 
 /// Why bytes that no decoder here reads were rejected: a known format named by its signature
 /// (ISO BMFF `ftyp` brands for HEIF/HEIC and AVIF, ISO/IEC 18181-2 for JPEG XL's codestream
-/// `FF 0A` and container `00 00 00 0C 'JXL '`, Adobe's `8BPS` for Photoshop), text, or neither.
+/// `FF 0A` and container `00 00 00 0C 'JXL '`, Adobe's `8BPS` for Photoshop, an `<svg` element
+/// in the first KiB), text, or neither.
 fn describe_unknown(bytes: &[u8]) -> ImageFault {
     let unsupported = |format: String| ImageFault::Unsupported { format };
     if bytes.len() >= 12 && &bytes[4..8] == b"ftyp" {
@@ -223,6 +224,10 @@ fn describe_unknown(bytes: &[u8]) -> ImageFault {
         return unsupported("Photoshop document (PSD)".into());
     }
     let head = &bytes[..bytes.len().min(64)];
+    let text_head = String::from_utf8_lossy(&bytes[..bytes.len().min(1024)]).to_ascii_lowercase();
+    if text_head.contains("<svg") {
+        return unsupported("SVG vector image".into());
+    }
     if head.iter().all(|b| b.is_ascii_graphic() || b.is_ascii_whitespace()) {
         return ImageFault::NotAnImage("the file is text");
     }

@@ -6,8 +6,11 @@
 //! keeps its split; a file added since goes to the split its folder names (a `train/` + `val/`
 //! layout) or, when validation was held out of the training files, to validation when the
 //! stable hash of its relative path falls under `data.val_fraction` ([`held_out_by_hash`]); a
-//! file deleted since is left out and counted; a changed file (size or modification time)
-//! keeps its split and is named.
+//! file deleted since is left out and named, and stays in the record as deleted, so a file put
+//! back under its old name returns to its old split; an added file with the size and
+//! modification time of a deleted one (a rename or a move keeps both) is taken as that file
+//! renamed and keeps its split; a changed file (size or modification time) keeps its split and
+//! is named. A change of the class list is refused, naming the difference.
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -41,14 +44,20 @@ pub struct FileEntry {
     /// does not say).
     #[serde(default)]
     pub modified: Option<u64>,
+    /// Gone from the dataset at the last resume: kept so that it keeps its split if it returns.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub deleted: bool,
 }
 
 /// The record of a run's data (the run folder's `data_files.json`).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct SplitRecord {
-    /// The record's format (1).
+    /// The record's format ([`FORMAT`]).
     #[serde(default = "format_version")]
     pub format: u32,
+    /// The class names, label order.
+    #[serde(default)]
+    pub classes: Vec<String>,
     /// Whether validation was held out of the training files (new files then split by
     /// [`held_out_by_hash`]); `false` when the dataset gives its own validation folder.
     pub held_out: bool,
@@ -60,8 +69,11 @@ pub struct SplitRecord {
     pub other_samples: usize,
 }
 
+/// The record format this vramfit writes and reads.
+pub const FORMAT: u32 = 1;
+
 fn format_version() -> u32 {
-    1
+    FORMAT
 }
 
 /// What changed in the dataset since its record, as a resume applies it.
@@ -75,12 +87,17 @@ pub struct SplitChanges {
     pub deleted: Vec<String>,
     /// Recorded files whose size or modification time differ (relative paths).
     pub changed: Vec<String>,
+    /// Deleted files found again under another name (old path, new path), split kept.
+    pub renamed: Vec<(String, String)>,
+    /// Why samples that are not files (IDX images) may have changed split: their count or the
+    /// dataset's own validation split differs from the record.
+    pub other_samples: Option<String>,
 }
 
 impl SplitChanges {
     /// Whether anything changed.
     pub fn any(&self) -> bool {
-        self.added + self.deleted.len() + self.changed.len() > 0
+        self.added + self.deleted.len() + self.changed.len() + self.renamed.len() > 0 || self.other_samples.is_some()
     }
 
     /// One line for the user, naming up to three files of each kind.
@@ -99,6 +116,11 @@ impl SplitChanges {
                 parts.push(format!("{} {what}: {}", list.len(), name_some(list)));
             }
         }
+        if !self.renamed.is_empty() {
+            let pairs: Vec<String> = self.renamed.iter().map(|(old, new)| format!("{old} -> {new}")).collect();
+            parts.push(format!("{} renamed (kept in their split): {}", pairs.len(), name_some(&pairs)));
+        }
+        parts.extend(self.other_samples.clone());
         format!("the dataset changed since the run began: {}", parts.join("; "))
     }
 }
@@ -116,14 +138,19 @@ impl SplitRecord {
     /// The record of `splits` (sizes and times read from the files; a file that cannot be read
     /// is recorded with size 0 and no time, so a resume reports it as changed if it reappears).
     pub fn of(splits: &Splits) -> SplitRecord {
-        let mut record = SplitRecord { format: format_version(), held_out: splits.held_out, ..SplitRecord::default() };
+        let mut record = SplitRecord {
+            format: FORMAT,
+            classes: splits.train.class_names.clone(),
+            held_out: splits.held_out,
+            ..SplitRecord::default()
+        };
         for (dataset, split) in [(&splits.train, Split::Train), (&splits.val, Split::Val)] {
             for sample in &dataset.samples {
                 match file_of(sample, &splits.root) {
                     Some((path, full)) => {
                         let (bytes, modified) = size_and_time(full);
                         let class = dataset.class_names.get(sample.label).cloned().unwrap_or_default();
-                        record.files.push(FileEntry { path, class, split, bytes, modified });
+                        record.files.push(FileEntry { path, class, split, bytes, modified, deleted: false });
                     }
                     None => record.other_samples += 1,
                 }
@@ -133,42 +160,122 @@ impl SplitRecord {
     }
 
     /// `splits` (a fresh scan of the run's dataset) put back into the recorded split, with what
-    /// changed since: recorded files keep their split, added files go where the module's rule
-    /// sends them (`val_fraction`: `data.val_fraction`), deleted files are left out. Samples
-    /// that are not files keep the split the scan gave them.
-    pub fn apply(&self, splits: &Splits, val_fraction: f64) -> (Splits, SplitChanges) {
+    /// changed since and the record to keep from now on (deleted files kept as such): recorded
+    /// files keep their split, added files go where the module's rule sends them
+    /// (`val_fraction`: `data.val_fraction`), deleted files are left out. Samples that are not
+    /// files keep the split the scan gave them; a change in their count is reported.
+    ///
+    /// # Errors
+    /// A record of a newer format, or a class list that differs from the record's, naming the
+    /// classes added and removed.
+    pub fn apply(&self, splits: &Splits, val_fraction: f64) -> Result<(Splits, SplitChanges, SplitRecord), String> {
+        if self.format > FORMAT {
+            return Err(format!(
+                "its record of the dataset is format {}, newer than this vramfit's ({FORMAT}): update vramfit",
+                self.format
+            ));
+        }
+        self.check_classes(&splits.train.class_names)?;
         let recorded: HashMap<&str, &FileEntry> = self.files.iter().map(|f| (f.path.as_str(), f)).collect();
         let mut seen = std::collections::HashSet::new();
         let mut changes = SplitChanges::default();
+        let mut added = Vec::new();
         let mut out = splits.clone();
         out.train.samples.clear();
         out.val.samples.clear();
         for (dataset, scanned) in [(&splits.train, Split::Train), (&splits.val, Split::Val)] {
             for sample in &dataset.samples {
-                let split = match file_of(sample, &splits.root) {
-                    None => scanned,
-                    Some((path, full)) => match recorded.get(path.as_str()) {
-                        Some(entry) => {
-                            seen.insert(entry.path.as_str());
-                            if size_and_time(full) != (entry.bytes, entry.modified) {
-                                changes.changed.push(path);
-                            }
-                            entry.split
-                        }
-                        None => {
-                            let split = if self.held_out { held_out_by_hash(&path, val_fraction) } else { scanned };
-                            changes.added += 1;
-                            changes.added_to_val += usize::from(split == Split::Val);
-                            split
-                        }
-                    },
+                let Some((path, full)) = file_of(sample, &splits.root) else {
+                    push(&mut out, scanned, sample, &dataset.class_names);
+                    continue;
                 };
-                push(&mut out, split, sample, &dataset.class_names);
+                let Some(entry) = recorded.get(path.as_str()) else {
+                    added.push((path, size_and_time(full), scanned, sample, &dataset.class_names));
+                    continue;
+                };
+                seen.insert(entry.path.as_str());
+                if !entry.deleted && size_and_time(full) != (entry.bytes, entry.modified) {
+                    changes.changed.push(path);
+                }
+                push(&mut out, entry.split, sample, &dataset.class_names);
             }
         }
-        changes.deleted =
-            self.files.iter().filter(|f| !seen.contains(f.path.as_str())).map(|f| f.path.clone()).collect();
-        (out, changes)
+        // Gone since: the last record's files not seen now; with the files deleted before, the
+        // candidates an added file may be a rename of.
+        let gone: Vec<&FileEntry> = self.files.iter().filter(|f| !seen.contains(f.path.as_str())).collect();
+        let mut renamed_from = std::collections::HashSet::new();
+        for (path, size_time, scanned, sample, classes) in added {
+            let class = &classes[sample.label];
+            let same =
+                |f: &&&FileEntry| (f.bytes, f.modified) == size_time && f.modified.is_some() && &f.class == class;
+            let split = match gone.iter().find(|f| same(f) && !renamed_from.contains(f.path.as_str())) {
+                Some(old) => {
+                    renamed_from.insert(old.path.as_str());
+                    changes.renamed.push((old.path.clone(), path));
+                    old.split
+                }
+                None => {
+                    let split = if self.held_out { held_out_by_hash(&path, val_fraction) } else { scanned };
+                    changes.added += 1;
+                    changes.added_to_val += usize::from(split == Split::Val);
+                    split
+                }
+            };
+            push(&mut out, split, sample, classes);
+        }
+        changes.deleted = gone
+            .iter()
+            .filter(|f| !f.deleted && !renamed_from.contains(f.path.as_str()))
+            .map(|f| f.path.clone())
+            .collect();
+        changes.other_samples = self.other_samples_change(&out);
+        let mut next = SplitRecord::of(&out);
+        next.held_out = self.held_out;
+        let tombstones = gone.iter().filter(|f| !renamed_from.contains(f.path.as_str()));
+        next.files.extend(tombstones.map(|f| FileEntry { deleted: true, ..(*f).clone() }));
+        Ok((out, changes, next))
+    }
+
+    /// Refuses `classes` when they differ from the record's (a record without a class list,
+    /// from before it had one, accepts any).
+    fn check_classes(&self, classes: &[String]) -> Result<(), String> {
+        if self.classes.is_empty() || self.classes == classes {
+            return Ok(());
+        }
+        let missing: Vec<&str> = self.classes.iter().filter(|c| !classes.contains(c)).map(String::as_str).collect();
+        let new: Vec<&str> = classes.iter().filter(|c| !self.classes.contains(c)).map(String::as_str).collect();
+        let mut diff = Vec::new();
+        if !missing.is_empty() {
+            diff.push(format!("no longer has {}", missing.join(", ")));
+        }
+        if !new.is_empty() {
+            diff.push(format!("now also has {}", new.join(", ")));
+        }
+        if diff.is_empty() {
+            diff.push("has them in another order".into());
+        }
+        Err(format!(
+            "the run was trained on the classes {} and the dataset {}: a network's classes are fixed, so \
+             resume with the data the run was trained on, or start a new run on this data",
+            self.classes.join(", "),
+            diff.join(" and ")
+        ))
+    }
+
+    /// Why samples that are not files may have moved between splits (their count changed, or
+    /// the dataset's own validation files came or went), if so.
+    fn other_samples_change(&self, now: &Splits) -> Option<String> {
+        let count = |d: &Dataset| d.samples.iter().filter(|s| !matches!(s.source, SampleSource::File(_))).count();
+        let others = count(&now.train) + count(&now.val);
+        let held_out_changed = others > 0 && self.held_out != now.held_out;
+        (others != self.other_samples || held_out_changed).then(|| {
+            format!(
+                "its IDX images changed ({} recorded, {others} now{}): their split is made anew, so validation \
+                 images may be ones the run trained on",
+                self.other_samples,
+                if held_out_changed { ", and the validation files came or went" } else { "" }
+            )
+        })
     }
 }
 
@@ -267,7 +374,7 @@ mod tests {
         let mut files = vec!["cat/a.png", "dog/c.png", "dog/d.png"];
         files.extend(added.iter().map(String::as_str));
         let rescanned = dataset(root, &files, &["dog/c.png"]);
-        let (restored, changes) = record.apply(&rescanned, 0.25);
+        let (restored, changes, next) = record.apply(&rescanned, 0.25).unwrap();
         let val = names(&restored.val, root);
         assert!(val.contains(&"cat/a.png".to_string()) && val.contains(&"dog/d.png".to_string()), "{val:?}");
         assert!(names(&restored.train, root).contains(&"dog/c.png".to_string()));
@@ -281,6 +388,37 @@ mod tests {
         assert_eq!(restored.val.samples.len(), 2 + to_val.len());
         let line = changes.describe();
         assert!(line.contains("40 added") && line.contains("1 deleted (left out): cat/b.png"), "{line}");
+        // The deleted file stays in the record; put back, it returns to its split (training),
+        // and it is not reported as deleted again.
+        assert!(next.files.iter().any(|f| f.path == "cat/b.png" && f.deleted && f.split == Split::Train));
+        std::fs::write(root.join("cat/b.png"), b"back").unwrap();
+        let mut files_back = files.clone();
+        files_back.push("cat/b.png");
+        let (back, changes, _) = next.apply(&dataset(root, &files_back, &["cat/b.png"]), 0.25).unwrap();
+        assert!(names(&back.train, root).contains(&"cat/b.png".to_string()), "{changes:?}");
+        assert!(changes.deleted.is_empty() && changes.added == 0, "{changes:?}");
+    }
+
+    #[test]
+    fn a_renamed_file_keeps_its_split_and_other_classes_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        let before = dataset(root, &["cat/a.png", "cat/b.png", "dog/c.png", "dog/d.png"], &["cat/a.png"]);
+        let record = SplitRecord::of(&before);
+        // A rename keeps size and modification time; the rule alone would decide by the hash.
+        std::fs::rename(root.join("cat/a.png"), root.join("cat/zz_renamed.png")).unwrap();
+        let after = dataset(root, &["cat/zz_renamed.png", "cat/b.png", "dog/c.png", "dog/d.png"], &[]);
+        let (restored, changes, next) = record.apply(&after, 0.0).unwrap();
+        assert_eq!(names(&restored.val, root), ["cat/zz_renamed.png"]);
+        assert_eq!(changes.renamed, [("cat/a.png".to_string(), "cat/zz_renamed.png".to_string())]);
+        assert!(changes.deleted.is_empty() && changes.added == 0 && !next.files.iter().any(|f| f.deleted));
+        // Another class list: refused, naming the difference.
+        let mut other = after.clone();
+        other.train.class_names = vec!["cat".into(), "dog".into(), "fox".into()];
+        let e = record.apply(&other, 0.0).unwrap_err();
+        assert!(e.contains("the classes cat, dog and the dataset now also has fox"), "{e}");
+        let newer = SplitRecord { format: FORMAT + 1, ..record.clone() };
+        assert!(newer.apply(&after, 0.0).unwrap_err().contains("newer than this vramfit"));
     }
 
     #[test]
@@ -292,10 +430,10 @@ mod tests {
         let record = SplitRecord::of(&before);
         let mut after = dataset(root, &["cat/a.png", "dog/b.png", "cat/z.png"], &["dog/b.png", "cat/z.png"]);
         after.held_out = false;
-        let (restored, changes) = record.apply(&after, 0.0);
+        let (restored, changes, _) = record.apply(&after, 0.0).unwrap();
         assert_eq!(names(&restored.val, root), ["cat/z.png", "dog/b.png"]);
         assert_eq!((changes.added, changes.added_to_val, changes.any()), (1, 1, true));
-        let (_, none) = record.apply(&before, 0.0);
+        let (_, none, _) = record.apply(&before, 0.0).unwrap();
         assert!(!none.any(), "an unchanged dataset reports nothing: {none:?}");
     }
 

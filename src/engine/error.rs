@@ -142,7 +142,7 @@ impl ImageFault {
         match self {
             ImageFault::Unreadable(_) => "cannot read",
             ImageFault::Empty => "empty file",
-            ImageFault::Unsupported { .. } => "format not supported",
+            ImageFault::Unsupported { .. } => "format not supported (convert them to JPEG or PNG)",
             ImageFault::NotAnImage(_) => "not an image",
             ImageFault::BadHeader { .. } => "unreadable header",
             ImageFault::OverPixelCap { .. } => "over data.max_image_pixels",

@@ -227,12 +227,15 @@ async fn forward_probabilities(
 }
 
 /// Image files to predict from arguments: files as given, folders expanded by the dataset scan
-/// rules ([`crate::data::dataset::image_files`]), sorted.
+/// rules ([`crate::data::dataset::image_files`]), sorted. Files of a folder in image formats
+/// the decoders do not read are included, so that each gets its error and the fix.
 pub fn expand_inputs(inputs: &[PathBuf]) -> Vec<PathBuf> {
     let mut out = Vec::new();
     for p in inputs {
         if p.is_dir() {
-            out.extend(crate::data::dataset::image_files(p));
+            let (images, unsupported) = crate::data::dataset::image_files(p);
+            out.extend(images);
+            out.extend(unsupported);
         } else {
             out.push(p.clone());
         }

@@ -40,16 +40,17 @@ pub(super) async fn run(
         Store::Folder { out, resume, .. } => {
             let claimed = run_folder::claim(out, resume, &splits.root, options.config, sink)?;
             let val_fraction = options.config.data.val_fraction;
-            (Some(claimed), run_folder::data_of_run(out, resume, splits, val_fraction, sink))
+            (Some(claimed), run_folder::data_of_run(out, resume, splits, val_fraction, sink)?)
         }
         Store::Memory => (None, None),
     };
     // On resume: the scan put back into the split the run recorded.
-    let splits = restored.as_ref().unwrap_or(splits);
+    let splits = restored.as_ref().map_or(splits, |r| &r.splits);
     let config = check_data_and_precision(&options, device, splits, sink)?;
     let (config, plan) = plan_memory(&options, device, splits, config, sink)?;
     let mut run = Run::new(options, device, splits, config, plan);
-    run.open_store(claimed.as_ref().and_then(|c| c.stored.as_ref()), splits, sink)?;
+    let record = restored.as_ref().map(|r| &r.record);
+    run.open_store(claimed.as_ref().and_then(|c| c.stored.as_ref()), splits, record, sink)?;
     sink(run.started_event(splits));
     let nothing = run.nothing_to_train();
     if let Some(why) = &nothing {

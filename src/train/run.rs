@@ -63,6 +63,8 @@ pub(super) struct Run<'a> {
     pub(super) losses: Vec<f32>,
     /// The run's memory plan (sent in [`Event::Started`]).
     pub(super) plan: memory::Plan,
+    /// Whether validation images that could not be read were reported (once per invocation).
+    pub(super) val_skips_reported: bool,
 }
 
 impl<'a> Run<'a> {
@@ -119,6 +121,7 @@ impl<'a> Run<'a> {
             saved_at: None,
             losses: Vec::new(),
             plan,
+            val_skips_reported: false,
         }
     }
 
@@ -217,6 +220,17 @@ impl<'a> Run<'a> {
             });
         }
         let val = self.evaluate(data).await?;
+        if let Some((source, reason)) = val.skipped.first()
+            && !self.val_skips_reported
+        {
+            self.val_skips_reported = true;
+            sink(Event::Warning(format!(
+                "validation: {} of {} images could not be read and are left out of every validation (first: \
+                 {source}: {reason}); `vramfit check-data` lists them",
+                val.skipped.len(),
+                val.samples + val.skipped.len()
+            )));
+        }
         let secs = epoch_start.elapsed().as_secs_f64();
         let (train_loss, train_accuracy) = totals.means();
         sink(Event::EpochEnd {

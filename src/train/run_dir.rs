@@ -80,7 +80,7 @@ pub fn create(out: &Path, data: &Path) -> Result<()> {
 }
 
 /// `path` made absolute and resolved as far as it exists (a run folder may not exist yet).
-fn absolute(path: &Path) -> std::path::PathBuf {
+pub fn absolute(path: &Path) -> std::path::PathBuf {
     if let Ok(p) = path.canonicalize() {
         return p;
     }

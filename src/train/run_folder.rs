@@ -49,46 +49,59 @@ pub(super) fn claim(out: &Path, resume: bool, data: &Path, config: &Config, sink
     Ok(Claimed { _lock: lock, stored: Some(stored) })
 }
 
+/// The data a resumed run trains on: the fresh scan put back into the recorded split, and the
+/// record to keep ([`SplitRecord::apply`]).
+pub(super) struct Restored {
+    /// What the run trains and validates on.
+    pub(super) splits: Splits,
+    /// `data_files.json` from now on (deleted files kept as such).
+    pub(super) record: SplitRecord,
+}
+
 /// Phase 1 for a run folder, once claimed: the data the run trains on. A new run trains on
 /// `splits`; a resume puts `splits` (a fresh scan) back into the split its `data_files.json`
 /// recorded ([`SplitRecord`]), says what changed since and returns the result. The record is
 /// (re)written by [`Run::open_store`] once the run is sure to go on; a run made before vramfit
 /// kept the record gets one then. An unreadable record is a warning (the fresh scan is used).
+///
+/// # Errors
+/// [`Error::Dataset`] naming the data folder when its classes differ from the record's, or the
+/// record is of a newer format.
 pub(super) fn data_of_run(
     out: &Path,
     resumed: bool,
     splits: &Splits,
     val_fraction: f64,
     sink: EventSink,
-) -> Option<Splits> {
+) -> Result<Option<Restored>> {
     let path = out.join(run_dir::DATA_FILES);
-    match (resumed, std::fs::read(&path)) {
-        (false, _) => None,
-        (true, Ok(bytes)) => match serde_json::from_slice::<SplitRecord>(&bytes) {
-            Ok(record) => {
-                let (restored, changes) = record.apply(splits, val_fraction);
-                if changes.any() {
-                    sink(Event::Warning(changes.describe()));
-                }
-                Some(restored)
-            }
-            Err(e) => {
-                sink(Event::Warning(format!(
-                    "{} is unreadable ({e}): the dataset's split as scanned now is used and recorded",
-                    path.display()
-                )));
-                None
-            }
-        },
-        (true, Err(_)) => {
-            sink(Event::Info(format!(
-                "{} has no record of its files (made by an older vramfit): recorded now, so later resumes \
-                 keep this split and report added and deleted files",
-                out.display()
-            )));
-            None
-        }
+    if !resumed {
+        return Ok(None);
     }
+    let Ok(bytes) = std::fs::read(&path) else {
+        sink(Event::Info(format!(
+            "{} has no record of its files (made by an older vramfit): recorded now, so later resumes \
+             keep this split and report added and deleted files",
+            out.display()
+        )));
+        return Ok(None);
+    };
+    let record = match serde_json::from_slice::<SplitRecord>(&bytes) {
+        Ok(record) => record,
+        Err(e) => {
+            sink(Event::Warning(format!(
+                "{} is unreadable ({e}): the dataset's split as scanned now is used and recorded",
+                path.display()
+            )));
+            return Ok(None);
+        }
+    };
+    let (splits, changes, record) =
+        record.apply(splits, val_fraction).map_err(|message| Error::Dataset { path: splits.root.clone(), message })?;
+    if changes.any() {
+        sink(Event::Warning(changes.describe()));
+    }
+    Ok(Some(Restored { splits, record }))
 }
 
 impl Run<'_> {
@@ -99,7 +112,13 @@ impl Run<'_> {
     ///
     /// # Errors
     /// [`Error::Io`] for the folder's files; resume errors as [`Run::resume`].
-    pub(super) fn open_store(&mut self, stored: Option<&Config>, splits: &Splits, sink: EventSink) -> Result<()> {
+    pub(super) fn open_store(
+        &mut self,
+        stored: Option<&Config>,
+        splits: &Splits,
+        record: Option<&SplitRecord>,
+        sink: EventSink,
+    ) -> Result<()> {
         let Store::Folder { out, .. } = self.options.store else { return Ok(()) };
         let leftovers = checkpoint::remove_temporaries(out);
         if leftovers > 0 {
@@ -109,7 +128,7 @@ impl Run<'_> {
             )));
         }
         if let Some(stored) = stored {
-            self.resume(out, stored, sink)?;
+            self.resume(out, stored, &splits.root, sink)?;
             if let Some(copy) = run_dir::preserve_foreign_config(out)? {
                 sink(Event::Info(format!(
                     "the run's config.toml had keys this vramfit does not know: kept as {}",
@@ -118,18 +137,37 @@ impl Run<'_> {
             }
         }
         run_dir::write_manifest(out)?;
-        let record = out.join(run_dir::DATA_FILES);
-        let json = serde_json::to_vec(&SplitRecord::of(splits)).map_err(|e| Error::io(&record, e))?;
-        crate::atomic_file::write_atomic(&record, &json)?;
+        self.write_data_note(out, &splits.root, stored.is_some(), sink)?;
+        let json = match record {
+            Some(kept) => serde_json::to_vec(kept),
+            None => serde_json::to_vec(&SplitRecord::of(splits)),
+        };
+        let path = out.join(run_dir::DATA_FILES);
+        crate::atomic_file::write_atomic(&path, &json.map_err(|e| Error::io(&path, e))?)?;
         // On resume this records the overrides that were applied (epochs, batch size, budget, ...).
         crate::atomic_file::write_atomic(&out.join(run_dir::CONFIG), self.config.to_toml().as_bytes())?;
         Ok(())
     }
 
+    /// Writes `data.txt` (the data folder, absolute, for `--resume` without `--data`); a resume
+    /// on another folder than the one it names is announced.
+    fn write_data_note(&self, out: &Path, data: &Path, resumed: bool, sink: EventSink) -> Result<()> {
+        let note = out.join(run_dir::DATA_NOTE);
+        let data = run_dir::absolute(data);
+        let before = std::fs::read_to_string(&note).ok().map(|s| s.trim_end().to_string());
+        if let Some(before) = before.filter(|b| resumed && Path::new(b) != data) {
+            sink(Event::Warning(format!(
+                "the run was trained on the data in {before}; it goes on with {} (data.txt now names it)",
+                data.display()
+            )));
+        }
+        crate::atomic_file::write_atomic(&note, format!("{}\n", data.display()).as_bytes())
+    }
+
     /// Phase 3 (resume): the newest intact checkpoint restored, the metrics files cut back to it,
     /// and the schedule and loss scaler fitted to the steps and precision still to come. A run
     /// killed before its first checkpoint starts again from step 0.
-    fn resume(&mut self, out: &Path, stored: &Config, sink: EventSink) -> Result<()> {
+    fn resume(&mut self, out: &Path, stored: &Config, data: &Path, sink: EventSink) -> Result<()> {
         if !checkpoint::any_checkpoint(out) {
             // Nothing to continue, so the run starts over with its stored config (a new `train`
             // would refuse the folder).
@@ -145,7 +183,7 @@ impl Run<'_> {
         let (dir, mut state) = (latest.dir, latest.state);
         if state.class_names != self.classes {
             return Err(Error::Dataset {
-                path: out.to_path_buf(),
+                path: data.to_path_buf(),
                 message: format!(
                     "this run was trained on {} but the data given has {}; resume with the data the run was trained on (its data.txt names it)",
                     crate::data::dataset::class_list(&state.class_names),

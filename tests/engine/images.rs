@@ -306,7 +306,18 @@ fn c42_every_jpeg_extension_is_an_image_and_unsupported_formats_are_named_with_t
         !ok && log.contains("saved_from_browser.jfif: a ") && log.contains("1 of 2 images could not be predicted"),
         "{log}"
     );
-    let (ok, log) = cli_train(&cases().join("C42/dataset_iphone"), &dir.path().join("iphone"), &["--epochs", "1"]);
+    // A folder given to predict: its HEIC photos are named one by one, not passed over.
+    let iphone = cases().join("C42/dataset_iphone");
+    let (ok, log) = vramfit_cli(&[
+        "predict".as_ref(),
+        "--device".as_ref(),
+        "cpu".as_ref(),
+        "--model".as_ref(),
+        run.as_os_str(),
+        iphone.join("iphone").as_os_str(),
+    ]);
+    assert!(!ok && log.matches("HEIF/HEIC image (brand").count() == 4, "{log}");
+    let (ok, log) = cli_train(&iphone, &dir.path().join("iphone"), &["--epochs", "1"]);
     assert!(
         !ok && log.contains("class folders with no images: iphone (its 4 files cannot be read: HEIC/HEIF"),
         "{log}"

@@ -189,7 +189,7 @@ fn run_folders_carry_a_format_version_and_configs_from_other_versions_still_resu
     std::fs::write(&csv, with_extra_row).unwrap();
     let before = snapshot_files(&run);
     let (ok, log) = cli_train(&cases().join("C21/singleton_class"), &run, &["--resume", "--epochs", "2"]);
-    assert!(!ok && log.contains("this run was trained on"), "{log}");
+    assert!(!ok && log.contains("the run was trained on the classes a, b and the dataset now also has c"), "{log}");
     assert_eq!(snapshot_files(&run), before, "a refused resume leaves the folder byte-identical");
     let (ok, log) = cli_train(&data, &run, &["--resume", "--epochs", "2"]);
     assert!(ok, "{log}");
@@ -536,7 +536,21 @@ fn a_resume_after_files_were_added_and_deleted_keeps_every_validation_file_and_n
     assert_eq!(val_after.len(), 4 + added_to_val);
     assert!(log.contains("the dataset changed since the run began: 10 added"), "{log}");
     assert!(log.contains(&format!("2 deleted (left out): {}, {}", train_before[0], train_before[1])), "{log}");
-    assert_eq!(after.files.len(), 12 - 2 + 10);
+    let deleted: Vec<&str> = after.files.iter().filter(|f| f.deleted).map(|f| f.path.as_str()).collect();
+    assert_eq!((after.files.len(), deleted), (12 + 10, vec![train_before[0].as_str(), train_before[1].as_str()]));
     let epochs = std::fs::read_to_string(run.join("epochs.csv")).unwrap();
     assert!(!epochs.to_lowercase().contains("nan") && epochs.lines().count() == 3, "{epochs}");
+    // The same files in another folder: the run goes on with it, says so, and data.txt follows;
+    // every training image of class a gone: warned, the class cannot be learnt.
+    let moved = dir.path().join("moved");
+    copy_tree(&data, &moved);
+    for f in in_split(&after, Split::Train).iter().filter(|f| f.starts_with("a/")) {
+        let _ = std::fs::remove_file(moved.join(f));
+    }
+    let (ok, log) = cli_train(&moved, &run, &["--resume", "--epochs", "3"]);
+    assert!(ok, "{log}");
+    assert!(log.contains("the run was trained on the data in") && log.contains("data.txt now names it"), "{log}");
+    assert!(log.contains("classes with no training image: [\"a\"]"), "{log}");
+    let note = std::fs::read_to_string(run.join("data.txt")).unwrap();
+    assert_eq!(Path::new(note.trim_end()), moved.canonicalize().unwrap());
 }

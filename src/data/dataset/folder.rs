@@ -82,13 +82,19 @@ pub(super) fn scan_folder_inner(
 }
 
 /// Image files under `dir` by the scan rules (junk ignored, extensions any case, links back into
-/// `dir` or its ancestors not followed), sorted.
-pub fn image_files(dir: &Path) -> Vec<PathBuf> {
+/// `dir` or its ancestors not followed), sorted, with the files in image formats the decoders
+/// do not read (HEIC, AVIF, ...: [`super::is_unsupported_format`]) after them, so that a
+/// caller can name each one rather than pass over it.
+pub fn image_files(dir: &Path) -> (Vec<PathBuf>, Vec<PathBuf>) {
     let mut files = Vec::new();
+    let mut report = ScanReport::default();
     let canonical = dir.canonicalize().unwrap_or_else(|_| dir.to_path_buf());
-    walk_class(dir, (&canonical, &canonical), &mut files, &mut HashSet::new(), &mut ScanReport::default());
+    walk_class(dir, (&canonical, &canonical), &mut files, &mut HashSet::new(), &mut report);
     files.sort();
-    files
+    let mut unsupported: Vec<PathBuf> =
+        report.ignored.into_iter().filter(|(_, why)| super::is_unsupported_format(why)).map(|(p, _)| p).collect();
+    unsupported.sort();
+    (files, unsupported)
 }
 
 /// Whether a directory entry is a symbolic link whose target does not exist.
