@@ -102,16 +102,7 @@ pub fn eval(args: EvalArgs) -> anyhow::Result<ExitCode> {
         r.top5 * 100.0,
         r.loss
     );
-    let width = r.class_names.iter().map(|c| c.chars().count()).max().unwrap_or(5).max(5);
-    println!("\n{:width$}  accuracy", "class");
-    for (name, acc) in r.class_names.iter().zip(r.per_class_accuracy()) {
-        println!("{name:width$}  {:.1}%", acc * 100.0);
-    }
-    println!("\nconfusion matrix (rows: true class, columns: predicted, in class order)");
-    for (name, row) in r.class_names.iter().zip(&r.confusion) {
-        let cells: Vec<String> = row.iter().map(|v| format!("{v:5}")).collect();
-        println!("{name:width$} {}", cells.join(""));
-    }
+    print!("{}", super::render::eval_report(&r));
     // The CSV goes to --csv or the working directory, never beside the model (which may be
     // read-only); the evaluation succeeded either way, so failing to write it is a warning.
     let csv = args.csv.unwrap_or_else(|| PathBuf::from("confusion.csv"));
@@ -123,6 +114,9 @@ pub fn eval(args: EvalArgs) -> anyhow::Result<ExitCode> {
         println!("{} files skipped:", r.skipped.len());
         for (source, reason) in r.skipped.iter().take(10) {
             println!("  {source}: {reason}");
+        }
+        if r.skipped.len() > 10 {
+            println!("  and {} more", r.skipped.len() - 10);
         }
     }
     Ok(ExitCode::SUCCESS)

@@ -131,3 +131,46 @@ fn epoch_line(event: &Event) -> String {
     let skipped = if *skipped > 0 { format!(", {skipped} files skipped") } else { String::new() };
     format!("{metrics} | {secs:.1} s ({data_wait_secs:.1} s waiting for data){skipped}")
 }
+
+/// Classes up to which `eval` prints every class and the whole confusion matrix; above it, the
+/// classes and confusions that matter, and the matrix goes to its CSV file only.
+pub(super) const EVAL_FULL_REPORT_CLASSES: usize = 20;
+
+/// `eval`'s report after its headline: per-class accuracy and the confusion matrix for up to
+/// [`EVAL_FULL_REPORT_CLASSES`] classes; above, the 10 least accurate classes and the 10
+/// largest confusions (true -> predicted), so 1000 classes print 25 lines, not 2000.
+pub(super) fn eval_report(r: &crate::inference::eval::EvalResult) -> String {
+    use std::fmt::Write as _;
+    let mut s = String::new();
+    let width = r.class_names.iter().map(|c| c.chars().count()).max().unwrap_or(5).max(5);
+    let accuracy = r.per_class_accuracy();
+    let support = |c: usize| r.confusion[c].iter().sum::<u64>();
+    if r.class_names.len() <= EVAL_FULL_REPORT_CLASSES {
+        let _ = writeln!(s, "\n{:width$}  accuracy", "class");
+        for (name, acc) in r.class_names.iter().zip(&accuracy) {
+            let _ = writeln!(s, "{name:width$}  {:.1}%", acc * 100.0);
+        }
+        let _ = writeln!(s, "\nconfusion matrix (rows: true class, columns: predicted, in class order)");
+        for (name, row) in r.class_names.iter().zip(&r.confusion) {
+            let cells: Vec<String> = row.iter().map(|v| format!("{v:5}")).collect();
+            let _ = writeln!(s, "{name:width$} {}", cells.join(""));
+        }
+        return s;
+    }
+    let mut worst: Vec<usize> = (0..accuracy.len()).filter(|&c| support(c) > 0).collect();
+    worst.sort_by(|&a, &b| accuracy[a].total_cmp(&accuracy[b]).then(support(b).cmp(&support(a))));
+    let _ = writeln!(s, "\nthe 10 least accurate of {} classes (images):", r.class_names.len());
+    for &c in worst.iter().take(10) {
+        let _ = writeln!(s, "  {:width$}  {:5.1}%  ({})", r.class_names[c], accuracy[c] * 100.0, support(c));
+    }
+    let mut confusions: Vec<(u64, usize, usize)> = Vec::new();
+    for (t, row) in r.confusion.iter().enumerate() {
+        confusions.extend(row.iter().enumerate().filter(|&(p, &n)| p != t && n > 0).map(|(p, &n)| (n, t, p)));
+    }
+    confusions.sort_by(|a, b| b.0.cmp(&a.0).then((a.1, a.2).cmp(&(b.1, b.2))));
+    let _ = writeln!(s, "\nthe 10 largest confusions (true -> predicted: images):");
+    for &(n, t, p) in confusions.iter().take(10) {
+        let _ = writeln!(s, "  {} -> {}: {n}", r.class_names[t], r.class_names[p]);
+    }
+    s
+}

@@ -84,8 +84,18 @@ fn write_classes(s: &mut String, splits: &Splits, all: &Dataset) {
         splits.train.samples.len(),
         splits.val.samples.len()
     );
-    for (name, n) in all.class_names.iter().zip(&counts) {
-        let _ = writeln!(s, "  {name}: {n}");
+    // Every class when they fit a screen; else the smallest ten (where imbalance bites) and
+    // the count of the rest.
+    let mut order: Vec<usize> = (0..counts.len()).collect();
+    if counts.len() > 30 {
+        order.sort_by_key(|&c| counts[c]);
+        order.truncate(10);
+    }
+    for &c in &order {
+        let _ = writeln!(s, "  {}: {}", all.class_names[c], counts[c]);
+    }
+    if order.len() < counts.len() {
+        let _ = writeln!(s, "  ... and {} more classes (the 10 smallest are listed)", counts.len() - order.len());
     }
     let (min, max) = (counts.iter().min().copied().unwrap_or(0), counts.iter().max().copied().unwrap_or(0));
     let _ = writeln!(s, "class imbalance: largest/smallest = {:.1}", max as f64 / min.max(1) as f64);

@@ -441,19 +441,12 @@ fn open_inner(path: &Path, opts: &ScanOptions, mut refusals: Option<&mut Vec<Str
             return Ok(Splits { train, val, description, report, root: dir, held_out: false });
         }
         let (train, val) = split(train, opts);
-        return Ok(Splits {
-            train,
-            val,
-            description: format!("{} (train/, {:.0}% held out)", dir.display(), opts.val_fraction * 100.0),
-            report,
-            root: dir,
-            held_out: true,
-        });
+        let description = format!("{} (train/, {})", dir.display(), held_out_note(&train, &val, opts));
+        return Ok(Splits { train, val, description, report, root: dir, held_out: true });
     }
     let (all, report) = scan_folder_inner(&dir, opts, refusals)?;
     let (train, val) = split(all, opts);
-    let description =
-        format!("{} ({:.0}% held out for validation, seed {})", dir.display(), opts.val_fraction * 100.0, opts.seed);
+    let description = format!("{} ({})", dir.display(), held_out_note(&train, &val, opts));
     Ok(Splits { train, val, description, report, root: dir, held_out: true })
 }
 
@@ -471,6 +464,17 @@ fn remap_labels(val: &mut Dataset, train_classes: &[String], val_dir: &Path) -> 
     }
     val.class_names = train_classes.to_vec();
     Ok(())
+}
+
+/// The split as it came out, in words: the real count held out (a class of 2 or more gives at
+/// least one, so a small dataset holds out more than `data.val_fraction`), the fraction and seed.
+pub(super) fn held_out_note(train: &Dataset, val: &Dataset, opts: &ScanOptions) -> String {
+    let (n_val, total) = (val.samples.len(), val.samples.len() + train.samples.len());
+    format!(
+        "{n_val} of {total} images held out for validation: data.val_fraction {:.0}%, at least 1 per class, seed {}",
+        opts.val_fraction * 100.0,
+        opts.seed
+    )
 }
 
 /// Seeded stratified split: `val_fraction` of each class goes to validation.
@@ -510,14 +514,8 @@ fn open_idx(dir: &Path, imgs: &Path, labs: &Path, opts: &ScanOptions) -> Result<
         });
     }
     let (train, val) = split(train, opts);
-    Ok(Splits {
-        train,
-        val,
-        description: format!("{} (IDX, {:.0}% held out)", dir.display(), opts.val_fraction * 100.0),
-        report: ScanReport::default(),
-        root: dir.to_path_buf(),
-        held_out: true,
-    })
+    let description = format!("{} (IDX, {})", dir.display(), held_out_note(&train, &val, opts));
+    Ok(Splits { train, val, description, report: ScanReport::default(), root: dir.to_path_buf(), held_out: true })
 }
 
 /// The samples of one IDX image file and its labels, with `class_names` (label `l` is

@@ -92,7 +92,11 @@ fn c32_paths_with_spaces_and_file_uris_work_everywhere() {
     assert!(files.iter().all(|f| !f.contains("file:") && !f.contains('%')), "{files:?}");
     assert!(files.iter().filter(|f| f.ends_with("Foto März 1.png")).count() == 2, "{files:?}");
     let (ok, log) = vramfit_cli(&["check-data".as_ref(), file_uri(&data).as_ref()]);
-    assert!(ok && log.contains("2 classes, 12 files") && log.contains("my data/train set (10%"), "{log}");
+    assert!(
+        ok && log.contains("2 classes, 12 files")
+            && log.contains("my data/train set (2 of 12 images held out for validation: data.val_fraction 10%"),
+        "{log}"
+    );
 }
 
 #[test]

@@ -554,3 +554,44 @@ fn a_resume_after_files_were_added_and_deleted_keeps_every_validation_file_and_n
     let note = std::fs::read_to_string(run.join("data.txt")).unwrap();
     assert_eq!(Path::new(note.trim_end()), moved.canonicalize().unwrap());
 }
+
+/// C41: 1000 classes. check-data, train, eval and predict work; check-data lists the smallest
+/// classes, not 1000 lines; eval prints the classes and confusions that matter and writes the
+/// full matrix to its CSV file; the split printed is the real one (a class of 2 gives one image
+/// to validation, so half is held out, not the 10% of data.val_fraction).
+#[test]
+fn c41_a_thousand_classes_print_a_summary_and_write_the_full_matrix_to_a_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    for c in 0..1000 {
+        let class = data.join(format!("class_{c:04}"));
+        std::fs::create_dir_all(&class).unwrap();
+        std::fs::copy(cases().join("C19/dataset/a/img_00.png"), class.join("img_0.png")).unwrap();
+        std::fs::copy(cases().join("C19/dataset/b/img_01.png"), class.join("img_1.png")).unwrap();
+    }
+    let (ok, log) = vramfit_cli(&["check-data".as_ref(), data.as_os_str()]);
+    assert!(ok && log.contains("1000 of 2000 images held out for validation: data.val_fraction 10%"), "{log}");
+    assert!(log.contains("... and 990 more classes") && log.lines().count() < 40, "{log}");
+    let run = dir.path().join("run");
+    let (ok, log) = cli_train(&data, &run, &["--epochs", "1", "--batch-size", "64"]);
+    assert!(ok, "{log}");
+    let csv = dir.path().join("confusion.csv");
+    let args = ["eval", "--device", "cpu", "--model"].map(std::ffi::OsStr::new);
+    let (ok, log) = vramfit_cli(
+        &[&args[..], &[run.as_os_str(), "--data".as_ref(), data.as_os_str(), "--csv".as_ref(), csv.as_os_str()]]
+            .concat(),
+    );
+    assert!(ok && log.contains("the 10 least accurate of 1000 classes"), "{log}");
+    assert!(log.contains("the 10 largest confusions") && log.lines().count() < 40 && log.len() < 5000, "{log}");
+    let matrix = std::fs::read_to_string(&csv).unwrap();
+    assert_eq!(matrix.lines().count(), 1001, "a header and one row per class");
+    let (ok, log) = vramfit_cli(&[
+        "predict".as_ref(),
+        "--device".as_ref(),
+        "cpu".as_ref(),
+        "--model".as_ref(),
+        run.as_os_str(),
+        data.join("class_0999/img_0.png").as_os_str(),
+    ]);
+    assert!(ok && log.contains("class_"), "{log}");
+}

@@ -67,19 +67,14 @@ pub fn from_files(root: &str, files: Vec<(PathBuf, Arc<[u8]>)>, opts: &ScanOptio
     if !has_train {
         let all = scan(&root_path, &[], &kept, opts, &mut report)?;
         let (train, val) = split(all, opts);
-        let description = format!(
-            "{root} ({} images handed over; {:.0}% held out for validation, seed {})",
-            train.samples.len() + val.samples.len(),
-            opts.val_fraction * 100.0,
-            opts.seed
-        );
+        let description = format!("{root} (images handed over; {})", super::held_out_note(&train, &val, opts));
         return Ok(Splits { train, val, description, report, root: root_path, held_out: true });
     }
     let train = scan(&root_path, &["train"], &kept, opts, &mut report)?;
     let val_folder = VAL_FOLDERS.into_iter().find(|v| folder_exists(v));
     let Some(val_folder) = val_folder else {
         let (train, val) = split(train, opts);
-        let description = format!("{root} (train/, {:.0}% held out)", opts.val_fraction * 100.0);
+        let description = format!("{root} (train/, {})", super::held_out_note(&train, &val, opts));
         return Ok(Splits { train, val, description, report, root: root_path, held_out: true });
     };
     let mut val = scan(&root_path, &[val_folder], &kept, opts, &mut report)?;
