@@ -39,6 +39,11 @@ pub struct TrainArgs {
     /// When the predicted peak exceeds the budget, shrink the micro-batch and raise accumulation.
     #[arg(long)]
     auto_fit: bool,
+    /// With --resume: when the newest checkpoint's optimizer state is damaged, continue from its
+    /// intact weights with fresh optimizer state (the step count is kept) instead of an older
+    /// checkpoint.
+    #[arg(long, requires = "resume")]
+    fresh_optimizer: bool,
     /// Train on 64 images for 200 steps and check the network memorizes them (>= 98%).
     #[arg(long)]
     overfit_check: bool,
@@ -101,6 +106,7 @@ pub fn train(args: TrainArgs) -> anyhow::Result<ExitCode> {
         resume: args.resume,
         max_steps: args.max_steps,
         auto_fit: args.auto_fit,
+        fresh_optimizer: args.fresh_optimizer,
         allow_empty_classes: args.allow_empty_classes,
         overfit_check: args.overfit_check,
         ..TrainingSpec::new(config, args.device.choice(), out)
@@ -132,6 +138,7 @@ fn run_job(spec: TrainingSpec) -> anyhow::Result<ExitCode> {
     let mut req = TrainRequest::new(spec.config, &out);
     req.resume = spec.resume;
     req.auto_fit = spec.auto_fit;
+    req.fresh_optimizer = spec.fresh_optimizer;
     req.max_steps = spec.max_steps;
     let job = Job::Train { request: Box::new(req), splits, device: device.clone() };
     let JobOutput::Trained(summary) = run_engine(job)? else { bail!("the engine returned another job's output") };

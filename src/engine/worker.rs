@@ -265,6 +265,10 @@ pub struct TrainingSpec {
     /// Shrink the micro-batch and raise accumulation when the plan exceeds the budget.
     #[serde(default)]
     pub auto_fit: bool,
+    /// On resume, continue from intact weights with fresh optimizer state when the newest
+    /// checkpoint's optimizer state is damaged ([`crate::train::TrainRequest::fresh_optimizer`]).
+    #[serde(default)]
+    pub fresh_optimizer: bool,
     /// Skip class folders without images instead of failing.
     #[serde(default)]
     pub allow_empty_classes: bool,
@@ -284,6 +288,7 @@ impl TrainingSpec {
             resume: false,
             max_steps: None,
             auto_fit: false,
+            fresh_optimizer: false,
             allow_empty_classes: false,
             overfit_check: false,
         }

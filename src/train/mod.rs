@@ -64,6 +64,10 @@ pub struct TrainRequest {
     pub out_dir: PathBuf,
     /// Continue from the run folder's latest checkpoint.
     pub resume: bool,
+    /// With `resume`: when the newest checkpoint's optimizer state is damaged, continue from its
+    /// intact weights with fresh AdamW state (moments reset, step count kept) rather than from
+    /// an older checkpoint.
+    pub fresh_optimizer: bool,
     /// When the prediction exceeds the budget, shrink the micro-batch (keeping the effective
     /// batch with accumulation) instead of refusing.
     pub auto_fit: bool,
@@ -83,6 +87,7 @@ impl TrainRequest {
             config,
             out_dir: out_dir.into(),
             resume: false,
+            fresh_optimizer: false,
             auto_fit: false,
             max_steps: None,
             export: true,
@@ -166,7 +171,12 @@ pub fn train(
         max_steps: req.max_steps,
         auto_fit: req.auto_fit,
         live_budget: req.live_budget.as_ref(),
-        store: store::Store::Folder { out: &req.out_dir, resume: req.resume, export: req.export },
+        store: store::Store::Folder {
+            out: &req.out_dir,
+            resume: req.resume,
+            export: req.export,
+            fresh_optimizer: req.fresh_optimizer,
+        },
     };
     let ended = pollster::block_on(phases::run(options, device, splits, sink, stop))?;
     Ok(ended.summary)

@@ -164,6 +164,48 @@ impl Run<'_> {
         crate::atomic_file::write_atomic(&note, format!("{}\n", data.display()).as_bytes())
     }
 
+    /// The checkpoint a resume continues from, and whether with its optimizer state: the newest
+    /// one that is wholly intact; or, where a newer one's weights are intact but its optimizer
+    /// state is not, that one with fresh optimizer state when `--fresh-optimizer` asks for it
+    /// (else the way to it is named).
+    ///
+    /// # Errors
+    /// As [`checkpoint::find_latest`] when no checkpoint can be resumed.
+    fn checkpoint_to_resume(&self, out: &Path, sink: EventSink) -> Result<(checkpoint::LatestCheckpoint, bool)> {
+        let fresh = matches!(self.options.store, Store::Folder { fresh_optimizer: true, .. });
+        let whole = checkpoint::find_latest(out);
+        let weights = checkpoint::find_latest_weights(out).ok();
+        let step_of = |c: &checkpoint::LatestCheckpoint| c.state.global_step;
+        let newer_weights = weights.filter(|w| whole.as_ref().map_or(true, |c| step_of(w) > step_of(c)));
+        match (newer_weights, whole) {
+            (Some(w), _) if fresh => {
+                sink(Event::Warning(format!(
+                    "continuing from step {} ({}) with fresh optimizer state: its optimizer state is damaged \
+                     (--fresh-optimizer); AdamW's moments start again from zero",
+                    step_of(&w),
+                    w.dir.display()
+                )));
+                Ok((w, false))
+            }
+            (newer, whole) => {
+                let latest = whole.map_err(|e| match &newer {
+                    Some(w) => Error::io(out, format!("{e}; its weights at step {} are intact: resume with --fresh-optimizer to continue from them", step_of(w))),
+                    None => e,
+                })?;
+                for reason in &latest.damaged {
+                    sink(Event::Warning(format!("passed over a damaged checkpoint: {reason}")));
+                }
+                if let Some(w) = newer {
+                    sink(Event::Info(format!(
+                        "the weights at step {} are intact: --fresh-optimizer continues from them with fresh optimizer state",
+                        step_of(&w)
+                    )));
+                }
+                Ok((latest, true))
+            }
+        }
+    }
+
     /// Phase 3 (resume): the newest intact checkpoint restored, the metrics files cut back to it,
     /// and the schedule and loss scaler fitted to the steps and precision still to come. A run
     /// killed before its first checkpoint starts again from step 0.
@@ -176,10 +218,7 @@ impl Run<'_> {
             truncate_csv(&out.join(run_dir::EPOCHS_CSV), |_| false)?;
             return Ok(());
         }
-        let latest = checkpoint::find_latest(out)?;
-        for reason in &latest.damaged {
-            sink(Event::Warning(format!("passed over a damaged checkpoint: {reason}")));
-        }
+        let (latest, with_optimizer) = self.checkpoint_to_resume(out, sink)?;
         let (dir, mut state) = (latest.dir, latest.state);
         if state.class_names != self.classes {
             return Err(Error::Dataset {
@@ -206,7 +245,7 @@ impl Run<'_> {
                 state.global_step
             )));
         }
-        self.trainer.restore(&dir, state)?;
+        self.trainer.restore(&dir, state, with_optimizer)?;
         let s = &self.trainer.state;
         // The schedule covers the steps still to come at the current loader batch (an unchanged
         // one gives exactly the original schedule), and the loss scaler follows the precision

@@ -190,12 +190,22 @@ impl Trainer {
         self.model.as_ref().expect("the model is only taken out for the duration of an optimizer step")
     }
 
-    pub(crate) fn restore(&mut self, dir: &Path, state: TrainState) -> Result<()> {
+    /// Loads the checkpoint in `dir` with its `state`: the weights and, when `with_optimizer`,
+    /// the AdamW state (else the optimizer starts fresh: its moments at zero).
+    ///
+    /// # Errors
+    /// [`Error::Io`] naming the file that cannot be read or loaded.
+    pub(crate) fn restore(&mut self, dir: &Path, state: TrainState, with_optimizer: bool) -> Result<()> {
         let mut model = self.model.take().expect("model present between steps");
         let model_path = dir.join("model.bpk");
-        let bytes = std::fs::read(&model_path).map_err(|e| Error::io(&model_path, e))?;
-        checkpoint::load_model_bytes(&mut model, bytes, &model_path)?;
+        let bytes = std::fs::read(&model_path).map_err(|e| Error::io(&model_path, e));
+        let loaded = bytes.and_then(|b| checkpoint::load_model_bytes(&mut model, b, &model_path));
         self.model = Some(model);
+        loaded?;
+        if !with_optimizer {
+            self.state = state;
+            return Ok(());
+        }
         let opt_path = dir.join("optimizer.bpk");
         let bytes = std::fs::read(&opt_path).map_err(|e| Error::io(&opt_path, e))?;
         let optim = std::mem::replace(&mut self.optim, AdamWConfig::new().init());

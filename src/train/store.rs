@@ -20,6 +20,9 @@ pub(super) enum Store<'a> {
         resume: bool,
         /// Write `export/` when the run finishes.
         export: bool,
+        /// On resume, continue from the newest checkpoint whose weights are intact with fresh
+        /// AdamW state when its optimizer state is damaged (the step count is kept).
+        fresh_optimizer: bool,
     },
     /// Memory: nothing is written; the model is handed back. The loader builds batches on the
     /// calling thread (a page has no other), without the image cache's disk and with the

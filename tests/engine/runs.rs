@@ -429,10 +429,21 @@ fn a_run_whose_optimizer_state_is_damaged_still_exports_its_newest_weights() {
     assert!(!log.contains("optimizer.bpk"), "{log}");
     let meta: serde_json::Value = serde_json::from_slice(&std::fs::read(export.join("model.json")).unwrap()).unwrap();
     assert_eq!(meta["training"]["steps"], 3, "{meta}");
+    // --fresh-optimizer: from step 3's intact weights, AdamW's moments reset, no step repeated.
+    let fresh = dir.path().join("fresh");
+    copy_tree(&run, &fresh);
+    let original = std::fs::read_to_string(run.join("metrics.csv")).unwrap();
     let (ok, log) = cli_train(&data, &run, &["--resume", "--epochs", "4"]);
     assert!(ok, "{log}");
     assert!(log.contains("step-00000003/optimizer.bpk is damaged"), "{log}");
+    assert!(log.contains("the weights at step 3 are intact: --fresh-optimizer continues from them"), "{log}");
     assert_eq!(metric_steps(&run), [1, 2, 3, 4], "resumed from step 2, step 3 trained again");
+    let (ok, log) = cli_train(&data, &fresh, &["--resume", "--epochs", "4", "--fresh-optimizer"]);
+    assert!(ok, "{log}");
+    assert!(log.contains("continuing from step 3") && log.contains("with fresh optimizer state"), "{log}");
+    assert_eq!(metric_steps(&fresh), [1, 2, 3, 4], "step 3 kept, step 4 trained");
+    let rows = std::fs::read_to_string(fresh.join("metrics.csv")).unwrap();
+    assert_eq!(rows.lines().nth(3), original.lines().nth(3), "step 3's row is the original one");
 }
 
 /// C36: numbers typed for another dataset. On 12 images (10 train): batch 4096 trains, clamped to
