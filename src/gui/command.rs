@@ -45,6 +45,8 @@ pub enum Command {
     SetConfig(Box<Config>),
     /// Move the memory budget (bytes); a running job holds to it from its next memory sample.
     SetBudget(u64),
+    /// Hide the notices about the saved settings.
+    DismissNotices,
     /// Show a central view.
     ShowView(View),
     /// Start a new run.
@@ -113,6 +115,7 @@ impl VramfitApp {
                 }
             }
             Command::ShowView(v) => self.view = v,
+            Command::DismissNotices => self.notices.clear(),
             Command::Train => self.start_training(false),
             Command::Resume => self.start_training(true),
             Command::Stop => self.stop_training(),

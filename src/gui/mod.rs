@@ -21,6 +21,7 @@ mod frame_time;
 mod history;
 mod plots;
 mod predict;
+pub mod saved_settings;
 mod setup;
 mod status;
 #[cfg(not(target_arch = "wasm32"))]
@@ -153,6 +154,8 @@ pub struct VramfitApp {
     history: RunHistory,
     last_run: Option<PathBuf>,
     error: Option<String>,
+    /// What the app did with its saved settings (dropped, reset, missing), shown until dismissed.
+    notices: Vec<String>,
     status: String,
     view: View,
     predict: PredictView,
@@ -224,6 +227,7 @@ impl VramfitApp {
             history: RunHistory::default(),
             last_run: None,
             error: None,
+            notices: Vec::new(),
             status: "ready".into(),
             view: View::Training,
             predict: PredictView::default(),
@@ -232,8 +236,42 @@ impl VramfitApp {
             title_sent: String::new(),
             options,
         };
+        app.notices = app.settings_target_notices();
         app.refresh();
         Ok(app)
+    }
+
+    /// Notices about what the settings point at that is gone: an adapter index this machine
+    /// does not have (the app falls back to the CPU), a dataset folder that no longer exists.
+    fn settings_target_notices(&self) -> Vec<String> {
+        let mut notices = Vec::new();
+        if let Some(i) = self.settings.adapter.filter(|&i| i >= self.adapters.len()) {
+            notices.push(format!(
+                "the saved adapter {i} is not on this machine ({} adapters found): using {}",
+                self.adapters.len(),
+                self.device_label()
+            ));
+        }
+        #[cfg(not(target_arch = "wasm32"))]
+        if let Some(dir) = self.settings.data_dir.as_ref().filter(|d| !d.exists()) {
+            notices.push(format!(
+                "the saved dataset folder {} no longer exists: choose another, or clear it for the bundled data",
+                dir.display()
+            ));
+        }
+        notices
+    }
+
+    /// Adds notices (e.g. from reading the saved settings, [`saved_settings::restore`]).
+    pub fn add_notices(&mut self, notices: impl IntoIterator<Item = String>) {
+        let mut notices: Vec<String> = notices.into_iter().collect();
+        notices.append(&mut self.notices);
+        self.notices = notices;
+    }
+
+    /// What the app did with its saved settings and what they point at, until dismissed.
+    pub fn notices(&self) -> &[String] {
+        &self.notices
     }
 
     /// The settings (persisted between launches).
@@ -517,6 +555,7 @@ impl VramfitApp {
             device,
             dataset,
             plan: self.shown_plan(),
+            notices: &self.notices,
             training: self.training(),
             has_run: self.last_run.is_some(),
             has_model: self.last_run.is_some() || self.in_memory_model.is_some(),
@@ -594,10 +633,17 @@ pub fn run() -> anyhow::Result<()> {
         "vramfit",
         options,
         Box::new(|cc| {
-            let settings =
-                cc.storage.and_then(|s| eframe::get_value::<Settings>(s, eframe::APP_KEY)).unwrap_or_default();
-            let app = VramfitApp::try_with_options(settings, AppOptions::default())
+            // Read here rather than through eframe, which drops what it cannot parse unsaid.
+            let (saved, mut notices) = match eframe::storage_dir("vramfit") {
+                Some(dir) => saved_settings::read_storage_file(&dir.join("app.ron"), eframe::APP_KEY),
+                None => (None, Vec::new()),
+            };
+            let saved = saved.or_else(|| cc.storage.and_then(|s| s.get_string(eframe::APP_KEY)));
+            let (settings, restored) = saved_settings::restore(saved.as_deref());
+            notices.extend(restored);
+            let mut app = VramfitApp::try_with_options(settings, AppOptions::default())
                 .map_err(|e| format!("cannot start the engine thread: {e}"))?;
+            app.add_notices(notices);
             Ok(Box::new(app))
         }),
     )

@@ -23,6 +23,8 @@ pub(super) struct SetupView<'a> {
     /// The memory plan shown: the settings', or while a run lasts the run's own (what it
     /// trains after `--auto-fit`, against the budget as it is now).
     pub(super) plan: &'a Plan,
+    /// What the app did with its saved settings, shown at the top until dismissed.
+    pub(super) notices: &'a [String],
     /// Whether a run is in progress (most of the panel is disabled then).
     pub(super) training: bool,
     /// Whether there is a last run folder (Resume, Export).
@@ -64,6 +66,15 @@ pub(super) struct DatasetView<'a> {
 pub(super) fn setup_ui(ui: &mut egui::Ui, view: &SetupView<'_>, commands: &mut Vec<Command>) {
     let settings = view.settings;
     ui.heading("Setup");
+    if !view.notices.is_empty() {
+        for notice in view.notices {
+            ui.colored_label(egui::Color32::from_rgb(200, 140, 0), notice);
+        }
+        if ui.small_button("dismiss").clicked() {
+            commands.push(Command::DismissNotices);
+        }
+        ui.separator();
+    }
     ui.add_enabled_ui(!view.training, |ui| {
         device_ui(ui, settings, &view.device, commands);
         ui.separator();

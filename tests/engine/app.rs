@@ -279,3 +279,44 @@ fn gui_predicts_dropped_images_and_names_a_file_that_is_not_an_image() {
     step_until(&mut harness, "the third prediction", |a| !a.busy() && a.predictions().len() == 3);
     assert_eq!(harness.state().predictions()[0].result.as_ref().unwrap(), &top);
 }
+
+/// C43: the app's saved settings as real use leaves them. Each file starts the app with its
+/// defaults or its valid parts, and a notice in the window says what was dropped or reset and
+/// why; what the settings point at that is gone (an adapter, a dataset folder) is named.
+#[test]
+fn c43_saved_settings_that_are_damaged_old_or_out_of_range_start_the_app_with_a_notice() {
+    use vramfit::gui::saved_settings::{read_storage_file, restore};
+    let dir = tempfile::tempdir().unwrap();
+    let start = |name: &str| {
+        let file = dir.path().join(format!("{name}.ron"));
+        std::fs::copy(cases().join(format!("C43/settings/{name}.ron")), &file).unwrap();
+        let (saved, mut notices) = read_storage_file(&file, "app");
+        let (settings, restored) = restore(saved.as_deref());
+        notices.extend(restored);
+        let mut app = VramfitApp::with_adapters(settings, AppOptions::default(), Vec::new()).unwrap();
+        app.add_notices(notices);
+        let all = app.notices().join("\n");
+        (app, all)
+    };
+    let quickstart = vramfit::config::presets::load_config("quickstart").unwrap();
+    let (_, n) = start("adapter_7");
+    assert!(n.contains("the saved adapter 7 is not on this machine (0 adapters found): using CPU"), "{n}");
+    let (app, n) = start("bad_values");
+    assert!(n.contains("the saved config was out of range") && n.contains("train.batch_size"), "{n}");
+    assert_eq!(app.settings().config.train, quickstart.train);
+    let (_, n) = start("data_dir_gone");
+    assert!(n.contains("the saved dataset folder /nonexistent/photos no longer exists"), "{n}");
+    let (app, n) = start("newer_version");
+    assert!(n.contains("ignored saved settings this version does not know") && n.contains("future_field"), "{n}");
+    assert_eq!(app.settings().preset, "quickstart");
+    let (app, n) = start("older_config_key");
+    assert!(n.contains("dropped the saved config") && n.contains("label_smooth"), "{n}");
+    assert_eq!(app.settings().data_dir.as_deref(), Some(Path::new("/srv/photos")), "the valid fields are kept");
+    for damaged in ["not_ron", "truncated", "zero_bytes"] {
+        let (app, n) = start(damaged);
+        assert!(n.contains("could not be read") && n.contains("started with the defaults"), "{damaged}: {n}");
+        assert!(dir.path().join(format!("{damaged}.ron.unreadable")).is_file(), "{damaged}: a copy is kept");
+        assert_eq!(app.settings().preset, "quickstart");
+    }
+    assert!(restore(None).1.is_empty(), "a first start has nothing to say");
+}

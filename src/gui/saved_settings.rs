@@ -1,0 +1,113 @@
+//! The app's settings as a previous launch saved them (eframe's `app.ron`), read so that nothing
+//! is dropped without a word: a file that is not the app's format, truncated or empty, a field
+//! of a newer version, a config key renamed since, values out of range. Each gives a notice the
+//! window shows, and the valid parts are kept. What the settings point at (the dataset folder,
+//! the adapter) is checked by the app once it knows the adapters ([`super::VramfitApp`]).
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use super::Settings;
+use crate::config::Config;
+
+/// The fields [`Settings`] has.
+const FIELDS: [&str; 5] = ["preset", "config", "data_dir", "adapter", "cpu_backend"];
+
+/// The settings text eframe keeps in `file` (its `app.ron`) under `key`, read as eframe reads
+/// it; when the file exists but cannot be read as eframe's format, the notice says so and a
+/// copy is kept beside it (`app.ron.unreadable`), since eframe overwrites the file on exit.
+pub fn read_storage_file(file: &Path, key: &str) -> (Option<String>, Vec<String>) {
+    let Ok(bytes) = std::fs::read(file) else { return (None, Vec::new()) };
+    let parsed = std::str::from_utf8(&bytes)
+        .map_err(|e| e.to_string())
+        .and_then(|text| ron::from_str::<BTreeMap<String, String>>(text).map_err(|e| e.to_string()));
+    match parsed {
+        Ok(mut map) => (map.remove(key), Vec::new()),
+        Err(e) => {
+            let kept = file.with_extension("ron.unreadable");
+            let copy = match std::fs::write(&kept, &bytes) {
+                Ok(()) => format!("; a copy is kept as {}", kept.display()),
+                Err(_) => String::new(),
+            };
+            let what = if bytes.iter().all(u8::is_ascii_whitespace) { "empty".to_string() } else { e };
+            (
+                None,
+                vec![format!(
+                    "the saved settings in {} could not be read ({what}): started with the defaults{copy}",
+                    file.display()
+                )],
+            )
+        }
+    }
+}
+
+/// Settings from the text a previous launch saved (`None`: none saved), with a notice for each
+/// thing dropped or reset and why. The valid fields are kept one by one; a config that does not
+/// load (a key renamed since) or holds values out of range is replaced by its preset's.
+pub fn restore(saved: Option<&str>) -> (Settings, Vec<String>) {
+    let Some(text) = saved else { return (Settings::default(), Vec::new()) };
+    let mut notices = Vec::new();
+    let value = match ron::from_str::<ron::Value>(text) {
+        Ok(ron::Value::Map(map)) => map,
+        Ok(_) | Err(_) => {
+            notices.push("the saved settings are not this app's (or are cut short): started with the defaults".into());
+            return (Settings::default(), notices);
+        }
+    };
+    let mut settings = Settings::default();
+    let mut unknown = Vec::new();
+    for (key, field) in value.iter() {
+        let name = match key {
+            ron::Value::String(s) => s.clone(),
+            other => format!("{other:?}"),
+        };
+        if !FIELDS.contains(&name.as_str()) {
+            unknown.push(name);
+            continue;
+        }
+        if let Err(e) = set_field(&mut settings, &name, field.clone()) {
+            notices.push(format!("dropped the saved {name} ({e}): {}", reset_note(&name, &settings)));
+        }
+    }
+    if !unknown.is_empty() {
+        notices.push(format!("ignored saved settings this version does not know: {}", unknown.join(", ")));
+    }
+    if let Err(e) = settings.config.validate("the saved settings") {
+        let preset = preset_config(&settings.preset);
+        notices
+            .push(format!("the saved config was out of range ({e}): the {} preset's values are used", settings.preset));
+        settings.config = preset;
+    }
+    (settings, notices)
+}
+
+/// Deserializes one field of [`Settings`] into `settings`.
+fn set_field(settings: &mut Settings, name: &str, field: ron::Value) -> Result<(), String> {
+    let e = |e: ron::Error| e.to_string();
+    match name {
+        "preset" => settings.preset = field.into_rust().map_err(e)?,
+        "config" => settings.config = field.into_rust::<Config>().map_err(e)?,
+        "data_dir" => settings.data_dir = field.into_rust().map_err(e)?,
+        "adapter" => settings.adapter = field.into_rust().map_err(e)?,
+        _ => settings.cpu_backend = field.into_rust().map_err(e)?,
+    }
+    Ok(())
+}
+
+/// What a dropped field falls back to, in words.
+fn reset_note(name: &str, settings: &Settings) -> String {
+    match name {
+        "config" => {
+            let preset = if settings.preset == "custom" { "quickstart" } else { settings.preset.as_str() };
+            format!("the {preset} preset is used")
+        }
+        _ => "its default is used".into(),
+    }
+}
+
+/// The config of a preset name (quickstart for "custom" or a name no longer shipped).
+fn preset_config(name: &str) -> Config {
+    crate::config::presets::load_config(name)
+        .or_else(|_| crate::config::presets::load_config("quickstart"))
+        .unwrap_or_default()
+}
