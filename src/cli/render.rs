@@ -114,9 +114,10 @@ fn started_line(event: &Event) -> String {
     };
     let augment = if *augment_on_device { "on the device" } else { "on the CPU" };
     format!(
-        "training on {device}: {} train / {} val images, {steps_per_epoch} steps per epoch of micro-batch {batch} x {accum}, augmentation {augment}, predicted peak {}, run folder {}",
+        "training on {device}: {} train / {} val images, {} per epoch of micro-batch {batch} x {accum}, augmentation {augment}, predicted peak {}, run folder {}",
         samples.0,
         samples.1,
+        crate::engine::events::count(*steps_per_epoch, "step"),
         human_bytes(plan.estimate.total),
         out_dir.display()
     )

@@ -13,6 +13,7 @@ use super::{ConfigArgs, DeviceArgs};
 use crate::config::Config;
 use crate::data::dataset;
 use crate::device::SelectedDevice;
+use crate::engine::events::count;
 use crate::engine::session::{Job, JobOutput, Session};
 use crate::engine::worker::TrainingSpec;
 use crate::memory::human_bytes;
@@ -207,13 +208,12 @@ fn overfit_check(config: Config, device: SelectedDevice, train_ds: dataset::Data
 fn print_summary(summary: &train::TrainSummary, device: &SelectedDevice, out: &Path) {
     if let Some(val) = &summary.val {
         println!(
-            "validation accuracy {} (top-5 {}) on {} images after {} epoch{}, {} steps, {:.0} s on {}",
+            "validation accuracy {} (top-5 {}) on {} after {}, {}, {:.0} s on {}",
             crate::inference::eval::percent_or_na(val.top1),
             crate::inference::eval::percent_or_na(val.top5),
-            val.samples,
-            summary.epochs_completed,
-            if summary.epochs_completed == 1 { "" } else { "s" },
-            summary.global_step,
+            count(val.samples, "image"),
+            count(summary.epochs_completed, "epoch"),
+            count(summary.global_step, "step"),
             summary.wall_secs,
             device.name
         );

@@ -78,9 +78,9 @@ fn write_classes(s: &mut String, splits: &Splits, all: &Dataset) {
     let counts = all.class_counts();
     let _ = writeln!(
         s,
-        "{} classes, {} files ({} train, {} validation)",
-        all.class_names.len(),
-        all.samples.len(),
+        "{}, {} ({} train, {} validation)",
+        crate::engine::events::count(all.class_names.len(), "class"),
+        crate::engine::events::count(all.samples.len(), "file"),
         splits.train.samples.len(),
         splits.val.samples.len()
     );

@@ -352,10 +352,10 @@ pub fn describe_run(run_dir: &Path) -> Option<String> {
     }
     Some(match find_latest(run_dir) {
         Ok(l) => format!(
-            "{}, {} steps, {} epochs done, newest checkpoint {}",
+            "{}, {}, {} done, newest checkpoint {}",
             crate::data::dataset::class_list(&l.state.class_names),
-            l.state.global_step,
-            l.state.epoch,
+            crate::engine::events::count(l.state.global_step, "step"),
+            crate::engine::events::count(l.state.epoch, "epoch"),
             l.dir.display()
         ),
         Err(_) => "a run's files (config.toml, metrics or export) but no intact checkpoint".to_string(),

@@ -120,7 +120,10 @@ fn c20_training_into_a_folder_that_holds_a_run_is_refused_and_changes_nothing() 
     assert!(before.keys().any(|p| p.ends_with("export/model.onnx")));
     let (ok, log) = cli_train(&cases().join("C20/dataset_xyz"), &run, &["--epochs", "1"]);
     assert!(!ok, "{log}");
-    assert!(log.contains("already holds a run") && log.contains(r#"classes ["a", "b"], 1 steps"#), "{log}");
+    assert!(
+        log.contains("already holds a run") && log.contains(r#"classes ["a", "b"], 1 step, 1 epoch done"#),
+        "{log}"
+    );
     assert!(log.contains("--resume"), "{log}");
     assert!(snapshot_files(&run) == before, "the first run's files are byte-identical");
     // The engine refuses too, so the app (which calls it directly) gets the same answer.
@@ -605,4 +608,30 @@ fn c41_a_thousand_classes_print_a_summary_and_write_the_full_matrix_to_a_file() 
         data.join("class_0999/img_0.png").as_os_str(),
     ]);
     assert!(ok && log.contains("class_"), "{log}");
+}
+
+/// Run folders of the previous format (a committed fixture, `tests/data/run_folders/README.md`): export
+/// reads it as it is, taking the documented defaults for what it lacks and saying so, and a
+/// resume continues it at its next step and brings it to the current format.
+#[test]
+fn fixture_run_folders_of_the_previous_format_export_and_resume() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = dir.path().join("v0");
+    copy_tree(&Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/run_folders/v0-tiny"), &run);
+    let export = dir.path().join("export");
+    let args = ["export", "--run"].map(std::ffi::OsStr::new);
+    let (ok, log) = vramfit_cli(&[&args[..], &[run.as_os_str(), "--out".as_ref(), export.as_os_str()]].concat());
+    assert!(ok && log.contains("no run.json") && log.contains("train.keep_checkpoints = 2 (added after"), "{log}");
+    let meta: serde_json::Value = serde_json::from_slice(&std::fs::read(export.join("model.json")).unwrap()).unwrap();
+    assert_eq!(
+        (meta["training"]["steps"].as_u64(), meta["class_names"].as_array().map(Vec::len)),
+        (Some(1), Some(2)),
+        "{meta}"
+    );
+    let (ok, log) = cli_train(&cases().join("C19/dataset"), &run, &["--resume", "--epochs", "2"]);
+    assert!(ok && log.contains("has no record of its files (made by an older vramfit)"), "{log}");
+    assert_eq!(metric_steps(&run), [1, 2], "continued at step 2");
+    for now in ["run.json", "data_files.json", "data.txt", ".vramfit-run", "export/model.onnx"] {
+        assert!(run.join(now).exists(), "{now} after the resume");
+    }
 }
