@@ -15,7 +15,7 @@ use crate::engine::error::{Error, Result};
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
     use std::io::Write;
     let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
+    std::fs::create_dir_all(dir).map_err(|e| Error::write(dir, &e))?;
     let tmp = dir.join(format!(".{}.tmp", path.file_name().and_then(|n| n.to_str()).unwrap_or("file")));
     let written = std::fs::File::create(&tmp).and_then(|mut f| {
         f.write_all(bytes)?;
@@ -23,9 +23,9 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
     });
     if let Err(e) = written {
         let _ = std::fs::remove_file(&tmp);
-        return Err(Error::io(&tmp, e));
+        return Err(Error::write(&tmp, &e));
     }
-    std::fs::rename(&tmp, path).map_err(|e| Error::io(path, e))?;
+    std::fs::rename(&tmp, path).map_err(|e| Error::write(path, &e))?;
     sync_dir(dir)
 }
 

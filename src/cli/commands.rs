@@ -371,6 +371,13 @@ pub fn export(args: ExportArgs) -> anyhow::Result<ExitCode> {
         for reason in &latest.damaged {
             eprintln!("warning: passed over a damaged checkpoint: {reason}");
         }
+        let s = &latest.state;
+        eprintln!(
+            "exporting the weights of step {}, after {} ({})",
+            s.global_step,
+            crate::engine::events::count(s.epoch, "epoch"),
+            latest.dir.display()
+        );
     }
     let job = Job::Export { run: args.run.clone(), dir: out, options };
     let JobOutput::Exported(files) = run_job(job)? else { bail!("the engine returned another job's output") };

@@ -141,9 +141,10 @@ fn run_job(spec: TrainingSpec) -> anyhow::Result<ExitCode> {
     req.auto_fit = spec.auto_fit;
     req.fresh_optimizer = spec.fresh_optimizer;
     req.max_steps = spec.max_steps;
+    let spec_max_steps = spec.max_steps;
     let job = Job::Train { request: Box::new(req), splits, device: device.clone() };
     let JobOutput::Trained(summary) = run_engine(job)? else { bail!("the engine returned another job's output") };
-    print_summary(&summary, &device, &out);
+    print_summary(&summary, &device, &out, spec_max_steps);
     Ok(ExitCode::SUCCESS)
 }
 
@@ -205,7 +206,7 @@ fn overfit_check(config: Config, device: SelectedDevice, train_ds: dataset::Data
 }
 
 /// The lines printed after a run: accuracy, throughput, memory, skips and what to do next.
-fn print_summary(summary: &train::TrainSummary, device: &SelectedDevice, out: &Path) {
+fn print_summary(summary: &train::TrainSummary, device: &SelectedDevice, out: &Path, max_steps: Option<usize>) {
     if let Some(val) = &summary.val {
         println!(
             "validation accuracy {} (top-5 {}) on {} after {}, {}, {:.0} s on {}",
@@ -235,7 +236,11 @@ fn print_summary(summary: &train::TrainSummary, device: &SelectedDevice, out: &P
     }
     if summary.stopped {
         let device_flag = if device.is_gpu() { String::new() } else { " --device cpu".to_string() };
-        println!("stopped; continue with: vramfit train --resume --out {}{device_flag}", out.display());
+        let why = match max_steps {
+            Some(cap) if summary.global_step >= cap => format!("reached --max-steps {cap}"),
+            _ => "stopped".to_string(),
+        };
+        println!("{why}; continue with: vramfit train --resume --out {}{device_flag}", out.display());
     } else if let Some(dir) = &summary.export_dir {
         println!("run folder {}; exported weights in {}", out.display(), dir.display());
     }

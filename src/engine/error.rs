@@ -159,6 +159,23 @@ impl Error {
         Error::Io { path: path.into(), message: cause.to_string() }
     }
 
+    /// An [`Error::Io`] for a file vramfit writes, with the fix for the kinds of failure users
+    /// meet: a read-only or foreign folder, a full disk.
+    pub fn write(path: impl Into<PathBuf>, e: &std::io::Error) -> Self {
+        use std::io::ErrorKind;
+        let fix = match e.kind() {
+            ErrorKind::ReadOnlyFilesystem | ErrorKind::PermissionDenied => {
+                ": vramfit cannot write here; choose a writable folder (copy a run kept on read-only media \
+                 elsewhere to continue it, or export it with --out)"
+            }
+            ErrorKind::StorageFull | ErrorKind::QuotaExceeded => {
+                ": the disk is full; free space and run again (the last checkpoint is intact)"
+            }
+            _ => "",
+        };
+        Error::Io { path: path.into(), message: format!("{e}{fix}") }
+    }
+
     /// An [`Error::Device`] from a GPU runtime error, kept to one line: the runtime's first line
     /// and its root cause (burn's execution errors print a chain of causes, skip records and
     /// backtrace placeholders over dozens of lines).
@@ -202,5 +219,20 @@ mod tests {
             "An error happened during execution; cause: can't allocate buffer of size: 192000000"
         );
         assert_eq!(super::one_line_cause("lost device"), "lost device");
+    }
+
+    /// C38 / C44: a read-only run folder and a full disk are named with the way on, not as a
+    /// bare OS error (every file vramfit writes goes through [`super::Error::write`]).
+    #[test]
+    fn write_errors_name_the_fix_for_read_only_folders_and_full_disks() {
+        use std::io::{Error as IoError, ErrorKind};
+        for kind in [ErrorKind::ReadOnlyFilesystem, ErrorKind::PermissionDenied] {
+            let e = super::Error::write("runs/a/.vramfit.lock", &IoError::from(kind)).to_string();
+            assert!(e.starts_with("runs/a/.vramfit.lock: ") && e.contains("choose a writable folder"), "{e}");
+        }
+        let full = super::Error::write("m.csv", &IoError::from(ErrorKind::StorageFull)).to_string();
+        assert!(full.contains("the disk is full") && full.contains("the last checkpoint is intact"), "{full}");
+        let other = super::Error::write("m.csv", &IoError::from(ErrorKind::NotFound)).to_string();
+        assert!(!other.contains("writable") && !other.contains("disk is full"), "{other}");
     }
 }

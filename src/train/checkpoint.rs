@@ -155,12 +155,12 @@ pub fn save(
     let root = checkpoints_dir(run_dir);
     let name = format!("step-{:08}", state.global_step);
     let dir = root.join(&name);
-    std::fs::create_dir_all(&dir).map_err(|e| Error::io(&dir, e))?;
+    std::fs::create_dir_all(&dir).map_err(|e| Error::write(&dir, &e))?;
     // A folder of the same step from an earlier, interrupted save must not look complete while
     // its files are replaced one by one.
     let checksums_path = dir.join("checksums.json");
     if checksums_path.exists() {
-        std::fs::remove_file(&checksums_path).map_err(|e| Error::io(&checksums_path, e))?;
+        std::fs::remove_file(&checksums_path).map_err(|e| Error::write(&checksums_path, &e))?;
     }
     let state_json = serde_json::to_vec_pretty(state).map_err(|e| Error::io(dir.join("state.json"), e))?;
     let files = [model_bytes(model)?, optimizer_bytes.to_vec(), state_json];
@@ -388,7 +388,7 @@ impl RunLock {
             .create(true)
             .truncate(false)
             .open(&path)
-            .map_err(|e| Error::io(&path, e))?;
+            .map_err(|e| Error::write(&path, &e))?;
         match file.try_lock() {
             Ok(()) => {}
             Err(std::fs::TryLockError::WouldBlock) => {
@@ -409,7 +409,10 @@ impl RunLock {
         let since = crate::train::run_dir::default_run_dir().file_name().map(|n| n.to_string_lossy().into_owned());
         let note = format!("process {} on {} since {} UTC", std::process::id(), host_name(), since.unwrap_or_default());
         let mut lock = RunLock { file };
-        lock.file.set_len(0).and_then(|()| lock.file.write_all(note.as_bytes())).map_err(|e| Error::io(&path, e))?;
+        lock.file
+            .set_len(0)
+            .and_then(|()| lock.file.write_all(note.as_bytes()))
+            .map_err(|e| Error::write(&path, &e))?;
         Ok(lock)
     }
 }

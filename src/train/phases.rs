@@ -98,7 +98,8 @@ fn check_data_and_precision(
         };
         return Err(Error::Dataset { path, message: "no training samples".into() });
     }
-    fit_batch_to_data(&mut config, splits.train.samples.len(), sink);
+    let resumed = matches!(options.store, Store::Folder { resume: true, .. });
+    fit_batch_to_data(&mut config, splits.train.samples.len(), resumed, sink);
     let probe = SamplePipeline::from_config(&config, false);
     for warning in
         splits.report.warnings().into_iter().chain(splits.check_trainable(|source| probe.decode(source).is_ok())?)
@@ -116,8 +117,8 @@ fn check_data_and_precision(
 /// Phase 1: numbers typed for another dataset size, made sense of: a batch larger than the
 /// training set is clamped to it (a note: the plan is then of the batch that really trains);
 /// accumulating over more batches than an epoch has, and a warmup under one optimizer step, are
-/// pointed out.
-fn fit_batch_to_data(config: &mut Config, images: usize, sink: EventSink) {
+/// pointed out (the warmup once, when the run begins: not again on each of its resumes).
+fn fit_batch_to_data(config: &mut Config, images: usize, resumed: bool, sink: EventSink) {
     let train = &mut config.train;
     if train.batch_size > images {
         sink(Event::Info(format!(
@@ -135,7 +136,8 @@ fn fit_batch_to_data(config: &mut Config, images: usize, sink: EventSink) {
         )));
     }
     let warmup_steps = config.optimizer.warmup_epochs * crate::train::schedule::steps_per_epoch(images, train) as f64;
-    if warmup_steps > 0.0 && warmup_steps < 1.0 {
+    // The run began with this note; its resumes do not repeat it.
+    if warmup_steps > 0.0 && warmup_steps < 1.0 && !resumed {
         sink(Event::Info(format!(
             "optimizer.warmup_epochs = {} is under one optimizer step here ({warmup_steps:.2}): no warmup, the \
              first step runs at the full learning rate",

@@ -64,7 +64,7 @@ pub fn create(out: &Path, data: &Path) -> Result<()> {
             ),
         });
     }
-    std::fs::create_dir_all(out).map_err(|e| Error::io(out, e))?;
+    std::fs::create_dir_all(out).map_err(|e| Error::write(out, &e))?;
     // Created only if missing (two processes may start in one folder at once; the run lock
     // decides between them later): a marker needs no atomic write, any content marks.
     let marker = out.join(crate::data::dataset::RUN_MARKER);
@@ -75,7 +75,7 @@ pub fn create(out: &Path, data: &Path) -> Result<()> {
             file.write_all(note.as_bytes()).map_err(|e| Error::io(&marker, e))
         }
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
-        Err(e) => Err(Error::io(&marker, e)),
+        Err(e) => Err(Error::write(&marker, &e)),
     }
 }
 

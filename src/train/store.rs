@@ -76,9 +76,9 @@ pub(super) fn truncate_csv(path: &Path, keep: impl Fn(usize) -> bool) -> Result<
 
 pub(super) fn csv_append(path: &Path, header: &str, line: &str) -> Result<()> {
     let new = !path.exists();
-    let mut f = std::fs::OpenOptions::new().create(true).append(true).open(path).map_err(|e| Error::io(path, e))?;
+    let mut f = std::fs::OpenOptions::new().create(true).append(true).open(path).map_err(|e| Error::write(path, &e))?;
     if new {
-        writeln!(f, "{header}").map_err(|e| Error::io(path, e))?;
+        writeln!(f, "{header}").map_err(|e| Error::write(path, &e))?;
     }
-    writeln!(f, "{line}").map_err(|e| Error::io(path, e))
+    writeln!(f, "{line}").map_err(|e| Error::write(path, &e))
 }

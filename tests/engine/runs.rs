@@ -392,7 +392,7 @@ fn c44_run_folders_are_never_scanned_as_data() {
     copy_tree(&cases().join("C44/dataset"), &photos);
     let first = photos.join("runs/first");
     let (ok, log) = cli_train(&photos, &first, &["--epochs", "2", "--batch-size", "4", "--max-steps", "3"]);
-    assert!(ok, "{log}");
+    assert!(ok && log.contains("reached --max-steps 3; continue with: vramfit train --resume"), "{log}");
     assert!(log.contains("is a vramfit run folder (output, not data): skipped by the scan"), "{log}");
     assert!(first.join(".vramfit-run").is_file());
     let resume =
@@ -430,6 +430,7 @@ fn a_run_whose_optimizer_state_is_damaged_still_exports_its_newest_weights() {
     let (code, log) = vramfit_cli_env(&args, None);
     assert_eq!(code, Some(0), "{log}");
     assert!(!log.contains("optimizer.bpk"), "{log}");
+    assert!(log.contains("exporting the weights of step 3, after 3 epochs"), "{log}");
     let meta: serde_json::Value = serde_json::from_slice(&std::fs::read(export.join("model.json")).unwrap()).unwrap();
     assert_eq!(meta["training"]["steps"], 3, "{meta}");
     // --fresh-optimizer: from step 3's intact weights, AdamW's moments reset, no step repeated.
@@ -464,6 +465,9 @@ fn c36_numbers_out_of_proportion_to_the_dataset_are_clamped_or_refused() {
     assert!(ok, "{log}");
     assert!(log.contains("train.grad_accum_steps = 1024 is more than the 3 batches of an epoch"), "{log}");
     assert_eq!(metric_steps(&accum), [1, 2], "one optimizer step per epoch");
+    assert!(log.contains("optimizer.warmup_epochs = 0.3 is under one optimizer step here"), "{log}");
+    let (ok, log) = cli_train(&data, &accum, &["--resume", "--epochs", "3"]);
+    assert!(ok && !log.contains("under one optimizer step"), "a resume does not repeat the note: {log}");
     let steps0 = dir.path().join("steps0");
     let (ok, log) = cli_train(&data, &steps0, &["--epochs", "1", "--max-steps", "0"]);
     assert!(!ok && log.contains("0 steps would train nothing"), "{log}");
