@@ -224,7 +224,7 @@ mod tests {
     /// C38 / C44: a read-only run folder and a full disk are named with the way on, not as a
     /// bare OS error (every file vramfit writes goes through [`super::Error::write`]).
     #[test]
-    fn write_errors_name_the_fix_for_read_only_folders_and_full_disks() {
+    fn c38_c44_read_only_folders_and_full_disks_get_the_fix_in_every_write_error() {
         use std::io::{Error as IoError, ErrorKind};
         for kind in [ErrorKind::ReadOnlyFilesystem, ErrorKind::PermissionDenied] {
             let e = super::Error::write("runs/a/.vramfit.lock", &IoError::from(kind)).to_string();
