@@ -3,6 +3,7 @@
 fn main() -> std::process::ExitCode {
     keep_freed_memory();
     private_runtime_dir();
+    quiet_broken_pipe();
     vramfit::cli::main(vramfit::cli::App { open: vramfit::gui::run, bench_ui: vramfit::gui::bench_ui_report })
 }
 
@@ -31,6 +32,21 @@ fn keep_freed_memory() {
             libc::mallopt(libc::M_MMAP_MAX, 0);
             libc::mallopt(libc::M_TRIM_THRESHOLD, libc::c_int::MAX);
             libc::mallopt(libc::M_TOP_PAD, TOP_PAD_BYTES);
+        }
+    }
+}
+
+/// Lets a command whose output is piped into a reader that stops early (`vramfit eval | head`)
+/// end quietly, as Unix tools do, instead of panicking on the broken pipe: SIGPIPE's default
+/// action is restored. Not in a training worker (`train --worker`), whose parent may go away:
+/// it must see the write fail, stop after its step and save a checkpoint.
+fn quiet_broken_pipe() {
+    #[cfg(unix)]
+    if !std::env::args_os().any(|a| a == "--worker") {
+        // SAFETY: called first thing in main, before any thread exists; SIG_DFL is a valid
+        // disposition for SIGPIPE.
+        unsafe {
+            libc::signal(libc::SIGPIPE, libc::SIG_DFL);
         }
     }
 }

@@ -66,8 +66,18 @@ pub fn inject_fault(event: &Event) {
 /// # Errors
 /// When the child cannot be started or is lost.
 pub fn train_in_child(spec: TrainingSpec) -> anyhow::Result<ExitCode> {
-    // Ctrl-C is for the child (it stops with a checkpoint); the parent waits for it.
-    let _ = ctrlc::set_handler(|| {});
+    // The child has a process group of its own, so Ctrl-C (or a SIGINT to this process alone)
+    // comes here: the first asks the child to stop after its step, with a checkpoint;
+    // a second quits at once (the child, its stdin closed, still stops and saves).
+    let stop = StopSignal::default();
+    let handler_stop = stop.clone();
+    let _ = ctrlc::set_handler(move || {
+        if handler_stop.is_set() {
+            std::process::exit(130);
+        }
+        eprintln!("\nstopping after this step (a checkpoint will be saved); Ctrl-C again to quit now");
+        handler_stop.stop();
+    });
     let budget = LiveBudget::new(spec.config.memory.memory_budget_bytes);
     let job = WorkerJob { spec, launch: WorkerLaunch::default() };
     let (mut renderer, mut epochs) = (Renderer::default(), 0);
@@ -76,7 +86,7 @@ pub fn train_in_child(spec: TrainingSpec) -> anyhow::Result<ExitCode> {
         Output::Stdout(line) => println!("{line}"),
         Output::Stderr(line) => eprintln!("{line}"),
     };
-    let end = supervise_with(&job, &mut on_output, &StopSignal::default(), &budget);
+    let end = supervise_with(&job, &mut on_output, &stop, &budget);
     renderer.finish();
     match end? {
         End::Done => Ok(ExitCode::SUCCESS),

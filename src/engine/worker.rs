@@ -110,13 +110,19 @@ impl WorkerProcess {
         output: Sender<Output>,
         notify: impl Fn() + Send + Sync + 'static,
     ) -> std::io::Result<Self> {
-        let mut child = Command::new(exe)
+        let mut command = Command::new(exe);
+        command
             .args(args)
             .envs(env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::piped()) // kept open while the parent lives: its end tells the child to stop
             .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()?;
+            .stderr(Stdio::piped());
+        // A process group of its own: a terminal's Ctrl-C (and a signal to the parent's group)
+        // reaches the parent only, which asks the child to stop over stdin; the child never gets
+        // a second signal that it would take for "quit now".
+        #[cfg(unix)]
+        std::os::unix::process::CommandExt::process_group(&mut command, 0);
+        let mut child = command.spawn()?;
         let notify = Arc::new(notify);
         let tail = Arc::new(Mutex::new(VecDeque::with_capacity(STDERR_TAIL)));
         let last_step = Arc::new(Mutex::new(None));

@@ -448,3 +448,22 @@ fn c35_configs_as_people_save_them_load_or_say_how_to_fix_them() {
     config.set("memory.memory_budget_bytes=1.5GiB").unwrap();
     assert_eq!(config.memory.memory_budget_bytes, 3 << 29);
 }
+
+/// Output piped into a reader that stops early (`vramfit check-data D | head -1`): the command
+/// ends as Unix tools do (SIGPIPE), never with a panic and a backtrace.
+#[test]
+fn a_reader_that_stops_early_ends_the_command_quietly() {
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_vramfit"))
+        .args(["check-data"])
+        .arg(cases().join("C42/dataset"))
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take()); // the reader is gone before the first line
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!stderr.contains("panicked") && !stderr.contains("Broken pipe"), "{stderr}");
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(out.status.signal(), Some(13), "ended by SIGPIPE: {:?} {stderr}", out.status);
+}

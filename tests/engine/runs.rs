@@ -639,3 +639,41 @@ fn fixture_run_folders_of_the_previous_format_export_and_resume() {
         assert!(run.join(now).exists(), "{now} after the resume");
     }
 }
+
+/// Ctrl-C, or a SIGINT to the `vramfit train` process alone (`kill -INT`, a process manager):
+/// the worker, in a process group of its own, is asked to stop by its parent; it stops after its
+/// step with a checkpoint, and the command says how to continue.
+#[test]
+fn a_sigint_to_the_train_command_alone_stops_its_worker_with_a_checkpoint() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = dir.path().join("run");
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_vramfit"))
+        .args(["train", "--device", "cpu", "--epochs", "10000", "--batch-size", "2", "--data"])
+        .arg(cases().join("C19/dataset"))
+        .arg("--out")
+        .arg(&run)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let started = std::time::Instant::now();
+    while std::fs::read_to_string(run.join("metrics.csv")).map_or(true, |t| t.lines().count() < 3) {
+        assert!(started.elapsed().as_secs() < 120, "no step after 120 s");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let kill = std::process::Command::new("kill").args(["-INT", &child.id().to_string()]).status().unwrap();
+    assert!(kill.success());
+    let stopping = std::time::Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if stopping.elapsed().as_secs() > 60 {
+            let _ = child.kill();
+            panic!("the command was still training 60 s after its SIGINT");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let out = child.wait_with_output().unwrap();
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success() && text.contains("stopping after this step"), "{text}");
+    assert!(text.contains("stopped; continue with: vramfit train --resume --out"), "{text}");
+    assert!(!checkpoint_names(&run).is_empty(), "a checkpoint was saved: {text}");
+}
