@@ -1,10 +1,10 @@
 //! One function per subcommand. Each builds engine inputs from arguments, runs the engine and
 //! prints the result.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use anyhow::bail;
+use anyhow::{Context, bail};
 use clap::Args;
 
 use super::{ConfigArgs, DeviceArgs};
@@ -79,10 +79,34 @@ pub struct EvalArgs {
     allow_empty_classes: bool,
 }
 
+/// `splits` put back into the split of the run `model` names, when it is a run folder that
+/// recorded one (`data_files.json`): evaluating a run on its own validation images, never on
+/// images it trained on (a fresh scan of a dataset that changed since would split it anew).
+fn run_split(model: &Path, splits: Splits) -> anyhow::Result<Splits> {
+    let record_path = model.join(crate::train::run_dir::DATA_FILES);
+    let Ok(bytes) = std::fs::read(&record_path) else { return Ok(splits) };
+    let record: crate::data::split_record::SplitRecord =
+        serde_json::from_slice(&bytes).with_context(|| format!("{} is unreadable", record_path.display()))?;
+    let config = crate::train::run_dir::load_config(model).map(|(c, _)| c).unwrap_or_default();
+    let (restored, changes, _) = record
+        .apply(&splits, config.data.val_fraction)
+        .map_err(|e| anyhow::anyhow!("{}: {e}", splits.root.display()))?;
+    eprintln!(
+        "the run's own split ({}): {} train / {} validation images",
+        record_path.display(),
+        restored.train.samples.len(),
+        restored.val.samples.len()
+    );
+    if changes.any() {
+        eprintln!("note: {}", changes.describe());
+    }
+    Ok(restored)
+}
+
 pub fn eval(args: EvalArgs) -> anyhow::Result<ExitCode> {
     let device = select_device(args.device.choice())?;
     let config = crate::export::load_metadata(&args.model)?.inference_config();
-    let splits = open_data(args.data.as_ref(), &config, args.allow_empty_classes)?;
+    let splits = run_split(&args.model, open_data(args.data.as_ref(), &config, args.allow_empty_classes)?)?;
     let data = if args.train_split { splits.train } else { splits.val };
     let job =
         Job::EvaluateExport { model: args.model.clone(), data, device: device.clone(), batch_size: args.batch_size };

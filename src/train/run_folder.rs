@@ -237,11 +237,13 @@ impl Run<'_> {
             state.batches_done_in_epoch = images_done / self.loader_batch;
             converted = true;
         }
-        let dropped = truncate_csv(&out.join(run_dir::METRICS_CSV), |step| step <= state.global_step)?
-            + truncate_csv(&out.join(run_dir::EPOCHS_CSV), |epoch| epoch < state.epoch)?;
-        if dropped > 0 {
+        let steps = truncate_csv(&out.join(run_dir::METRICS_CSV), |step| step <= state.global_step)?;
+        let epochs = truncate_csv(&out.join(run_dir::EPOCHS_CSV), |epoch| epoch < state.epoch)?;
+        if steps + epochs > 0 {
             sink(Event::Info(format!(
-                "dropped {dropped} metrics rows written after step {} (the checkpoint resumed from)",
+                "dropped {} of metrics.csv and {} of epochs.csv written after step {} (the checkpoint resumed from)",
+                crate::engine::events::count(steps, "row"),
+                crate::engine::events::count(epochs, "row"),
                 state.global_step
             )));
         }

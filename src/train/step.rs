@@ -477,11 +477,12 @@ pub(crate) fn precision_on(config: &Config, device: &SelectedDevice) -> Precisio
 fn diagnosis(what: &str, config: &Config) -> String {
     format!(
         "{what}. Likely causes, most likely first: \
-         1) learning rate too high (optimizer.lr = {}; try {:.1e}), \
-         2) head init too large (model.head_init_std = {}; 0.01 is safe), \
-         3) un-normalized inputs (data.mean/std = {:?}/{:?}). The last good checkpoint is kept.",
+         1) learning rate too high (optimizer.lr = {}; try {:.1e}, and lower again if the loss stays \
+         above its starting value), 2) head init too large (model.head_init_std = {}; 0.01 is safe), \
+         3) un-normalized inputs (data.mean/std = {:?}/{:?}). Checkpoints written before this step are kept.",
         config.optimizer.lr,
-        config.optimizer.lr / 10.0,
+        // A tenth, at most the presets' 3e-3 (AdamW's usual range): a tenth of 10 still diverges.
+        (config.optimizer.lr / 10.0).min(3e-3),
         config.model.head_init_std,
         config.data.mean,
         config.data.std

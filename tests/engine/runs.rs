@@ -558,6 +558,13 @@ fn a_resume_after_files_were_added_and_deleted_keeps_every_validation_file_and_n
     assert_eq!((after.files.len(), deleted), (12 + 10, vec![train_before[0].as_str(), train_before[1].as_str()]));
     let epochs = std::fs::read_to_string(run.join("epochs.csv")).unwrap();
     assert!(!epochs.to_lowercase().contains("nan") && epochs.lines().count() == 3, "{epochs}");
+    // eval of the run evaluates its own validation images, not a fresh split of the folder.
+    let csv = dir.path().join("confusion.csv");
+    let args = ["eval", "--device", "cpu", "--model"].map(std::ffi::OsStr::new);
+    let tail = [run.as_os_str(), "--data".as_ref(), data.as_os_str(), "--csv".as_ref(), csv.as_os_str()];
+    let (ok, log) = vramfit_cli(&[&args[..], &tail].concat());
+    assert!(ok && log.contains("the run's own split"), "{log}");
+    assert!(log.contains(&format!("{} images on CPU", val_after.len())), "{log}");
     // The same files in another folder: the run goes on with it, says so, and data.txt follows;
     // every training image of class a gone: warned, the class cannot be learnt.
     let moved = dir.path().join("moved");
