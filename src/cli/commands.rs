@@ -214,9 +214,6 @@ pub struct PlanArgs {
     /// Number of classes of the head.
     #[arg(long, default_value_t = 10)]
     classes: usize,
-    /// Plan against this budget instead of memory.memory_budget_bytes (e.g. 6GiB, 4096MiB).
-    #[arg(long)]
-    budget: Option<String>,
     /// Search the cheapest settings (precision, checkpointing, micro-batch x accumulation for the
     /// config's effective batch) that fit 80% of the budget, as the tier presets are made, and
     /// print each candidate and the choice.
@@ -281,11 +278,8 @@ pub fn plan_report(config: &Config, p: &memory::Plan) -> String {
 }
 
 pub fn plan(args: PlanArgs) -> anyhow::Result<ExitCode> {
+    // `--budget` is the config flag every command shares (`ConfigArgs`).
     let mut config = args.config.load()?;
-    if let Some(budget) = &args.budget {
-        config.memory.memory_budget_bytes = super::parse_bytes(budget)
-            .ok_or_else(|| anyhow::anyhow!("--budget {budget:?}: expected a size such as 6GiB, 4096MiB or bytes"))?;
-    }
     if args.suggest {
         print!("{}", suggest_report(&mut config, args.classes));
     }

@@ -63,7 +63,7 @@ pub struct ConfigArgs {
     /// Override train.epochs.
     #[arg(long)]
     pub epochs: Option<usize>,
-    /// Override train.batch_size (images per micro-batch).
+    /// Override train.batch_size (images per loader batch; split into micro-batches when memory needs it).
     #[arg(long)]
     pub batch_size: Option<usize>,
     /// Override train.grad_accum_steps.
