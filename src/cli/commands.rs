@@ -393,7 +393,7 @@ pub fn export(args: ExportArgs) -> anyhow::Result<ExitCode> {
         eprintln!(
             "exporting the weights of step {}, after {} ({})",
             s.global_step,
-            crate::engine::events::count(s.epoch, "epoch"),
+            crate::engine::words::count(s.epoch, "epoch"),
             latest.dir.display()
         );
     }

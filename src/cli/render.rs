@@ -117,7 +117,7 @@ fn started_line(event: &Event) -> String {
         "training on {device}: {} train / {} val images, {} per epoch of micro-batch {batch} x {accum}, augmentation {augment}, predicted peak {}, run folder {}",
         samples.0,
         samples.1,
-        crate::engine::events::count(*steps_per_epoch, "step"),
+        crate::engine::words::count(*steps_per_epoch, "step"),
         human_bytes(plan.estimate.total),
         out_dir.display()
     )

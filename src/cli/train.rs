@@ -13,8 +13,8 @@ use super::{ConfigArgs, DeviceArgs};
 use crate::config::Config;
 use crate::data::dataset;
 use crate::device::SelectedDevice;
-use crate::engine::events::count;
 use crate::engine::session::{Job, JobOutput, Session};
+use crate::engine::words::count;
 use crate::engine::worker::TrainingSpec;
 use crate::memory::human_bytes;
 use crate::train::run_dir::DATA_NOTE;
@@ -63,14 +63,7 @@ pub struct TrainArgs {
 /// Ctrl-C and the parent's `stop` stop it cleanly.
 fn run_engine(job: Job) -> anyhow::Result<JobOutput> {
     let session = Session::start(|| {})?;
-    let handler_stop = session.stop_signal();
-    let _ = ctrlc::set_handler(move || {
-        if handler_stop.is_set() {
-            std::process::exit(130);
-        }
-        eprintln!("\nstopping after this step (a checkpoint will be saved); Ctrl-C again to quit now");
-        handler_stop.stop();
-    });
+    super::worker::stop_on_ctrl_c(session.stop_signal());
     // Submitted before the parent's lines are read, so a `stop` or `budget` that was sent early
     // is applied after the job's reset, never overwritten by it.
     session.submit(job)?;

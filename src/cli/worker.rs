@@ -52,6 +52,18 @@ pub fn obey_parent(stop: StopSignal, budget: Option<LiveBudget>) {
     });
 }
 
+/// Ctrl-C sets `stop` (the run stops after its step, with a checkpoint); a second Ctrl-C quits
+/// at once with status 130. The parent's and, run alone, the worker's own handler.
+pub(super) fn stop_on_ctrl_c(stop: StopSignal) {
+    let _ = ctrlc::set_handler(move || {
+        if stop.is_set() {
+            std::process::exit(130);
+        }
+        eprintln!("\nstopping after this step (a checkpoint will be saved); Ctrl-C again to quit now");
+        stop.stop();
+    });
+}
+
 /// Child side: the fault point of a reported step ([`crate::fault`], tests only).
 pub fn inject_fault(event: &Event) {
     if let Event::Step { step, .. } = event {
@@ -70,14 +82,7 @@ pub fn train_in_child(spec: TrainingSpec) -> anyhow::Result<ExitCode> {
     // comes here: the first asks the child to stop after its step, with a checkpoint;
     // a second quits at once (the child, its stdin closed, still stops and saves).
     let stop = StopSignal::default();
-    let handler_stop = stop.clone();
-    let _ = ctrlc::set_handler(move || {
-        if handler_stop.is_set() {
-            std::process::exit(130);
-        }
-        eprintln!("\nstopping after this step (a checkpoint will be saved); Ctrl-C again to quit now");
-        handler_stop.stop();
-    });
+    stop_on_ctrl_c(stop.clone());
     let budget = LiveBudget::new(spec.config.memory.memory_budget_bytes);
     let job = WorkerJob { spec, launch: WorkerLaunch::default() };
     let (mut renderer, mut epochs) = (Renderer::default(), 0);

@@ -79,8 +79,8 @@ fn write_classes(s: &mut String, splits: &Splits, all: &Dataset) {
     let _ = writeln!(
         s,
         "{}, {} ({} train, {} validation)",
-        crate::engine::events::count(all.class_names.len(), "class"),
-        crate::engine::events::count(all.samples.len(), "file"),
+        crate::engine::words::count(all.class_names.len(), "class"),
+        crate::engine::words::count(all.samples.len(), "file"),
         splits.train.samples.len(),
         splits.val.samples.len()
     );

@@ -7,16 +7,6 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
-/// `n` and `noun`, plural unless `n` is 1 (`1 step`, `2 steps`, `3 classes`): for the
-/// counts that messages print.
-pub fn count(n: usize, noun: &str) -> String {
-    match (n, noun.ends_with('s')) {
-        (1, _) => format!("1 {noun}"),
-        (_, true) => format!("{n} {noun}es"),
-        _ => format!("{n} {noun}s"),
-    }
-}
-
 /// One progress report from training or evaluation.
 #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub enum Event {

@@ -7,7 +7,9 @@
 //! Files, by what the user sees: this file holds the app state and the frame; `command` what
 //! the user can do; `setup` the setup panel; `estimate` the memory estimate; `plots` the live
 //! plots; `status` the status bar; `evaluation` and `predict` the two other views; `dialogs`
-//! the native file dialogs; `ui_bench` the frame-time benchmark (outside the app state).
+//! the native file dialogs; `saved_settings` the settings kept between launches and what the
+//! app says when they cannot be used; `window` the eframe window; `ui_bench` the frame-time
+//! benchmark (outside the app state).
 //! Each panel is a function of what it shows (borrowed from the state for the frame) and the
 //! `Vec<Command>` it records into; none can change the state, [`VramfitApp::ui`] applies them.
 //! The window itself ([`run`]) and the benchmark are native only: a web build gets the app
@@ -26,15 +28,15 @@ mod setup;
 mod status;
 #[cfg(not(target_arch = "wasm32"))]
 mod ui_bench;
+mod window;
 
 use std::path::PathBuf;
 
 use eframe::egui;
-use serde::{Deserialize, Serialize};
 
 use crate::config::Config;
 use crate::data::dataset::{self, ScanOptions, Splits};
-use crate::device::{self, AdapterInfo, CpuBackend, DeviceChoice};
+use crate::device::{self, AdapterInfo, DeviceChoice};
 use crate::engine::session::{Report, Session};
 pub use crate::engine::worker::WorkerLaunch;
 use crate::memory::{self, Plan};
@@ -44,33 +46,13 @@ pub use frame_time::{FRAME_BUDGET_MS, FrameSummary, FrameTimes};
 pub use history::RunHistory;
 use plots::plots_ui;
 pub use predict::{PredictView, Prediction};
+pub use saved_settings::Settings;
 use setup::{DatasetView, DeviceView, SetupView, setup_ui};
 use status::status_ui;
 #[cfg(not(target_arch = "wasm32"))]
 pub use ui_bench::{UiBenchResult, bench_ui, bench_ui_report};
-
-/// Settings kept between launches (eframe persistence).
-#[derive(Clone, Debug, Serialize, Deserialize)]
-#[serde(default)]
-pub struct Settings {
-    /// Preset the sliders started from, or "custom" once edited.
-    pub preset: String,
-    /// The configuration the sliders edit.
-    pub config: Config,
-    /// Dataset folder; `None` = the bundled subset.
-    pub data_dir: Option<PathBuf>,
-    /// Adapter index, or `None` for CPU.
-    pub adapter: Option<usize>,
-    /// CPU backend when `adapter` is `None`.
-    pub cpu_backend: CpuBackend,
-}
-
-impl Default for Settings {
-    fn default() -> Self {
-        let config = crate::config::presets::load_config("quickstart").unwrap_or_default();
-        Self { preset: "quickstart".into(), config, data_dir: None, adapter: Some(0), cpu_backend: CpuBackend::DEFAULT }
-    }
-}
+#[cfg(not(target_arch = "wasm32"))]
+pub use window::run;
 
 /// Which view the central panel shows.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -236,30 +218,9 @@ impl VramfitApp {
             title_sent: String::new(),
             options,
         };
-        app.notices = app.settings_target_notices();
+        app.notices = saved_settings::target_notices(&app.settings, &app.adapters, &app.device_label());
         app.refresh();
         Ok(app)
-    }
-
-    /// Notices about what the settings point at that is gone: an adapter index this machine
-    /// does not have (the app falls back to the CPU), a dataset folder that no longer exists.
-    fn settings_target_notices(&self) -> Vec<String> {
-        let mut notices = Vec::new();
-        if let Some(i) = self.settings.adapter.filter(|&i| i >= self.adapters.len()) {
-            notices.push(format!(
-                "the saved adapter {i} is not on this machine ({} adapters found): using {}",
-                self.adapters.len(),
-                self.device_label()
-            ));
-        }
-        #[cfg(not(target_arch = "wasm32"))]
-        if let Some(dir) = self.settings.data_dir.as_ref().filter(|d| !d.exists()) {
-            notices.push(format!(
-                "the saved dataset folder {} no longer exists: choose another, or clear it for the bundled data",
-                dir.display()
-            ));
-        }
-        notices
     }
 
     /// Adds notices (e.g. from reading the saved settings, [`saved_settings::restore`]).
@@ -588,68 +549,4 @@ fn view_tabs_ui(ui: &mut egui::Ui, shown: View, commands: &mut Vec<Command>) {
             }
         }
     });
-}
-
-impl eframe::App for VramfitApp {
-    fn ui(&mut self, ui: &mut egui::Ui, frame: &mut eframe::Frame) {
-        // The previous frame's CPU time, UI code and rendering (eframe measures it).
-        if let Some(secs) = frame.info().cpu_usage {
-            self.frame_times.record(secs * 1000.0, self.training());
-        }
-        VramfitApp::ui(self, ui);
-    }
-
-    fn save(&mut self, storage: &mut dyn eframe::Storage) {
-        eframe::set_value(storage, eframe::APP_KEY, &self.settings);
-    }
-
-    /// In a browser the settings go to local storage within a second of a change: eframe's
-    /// save on closing the page does not run in Chromium 156 (it listens for `onbeforeunload`,
-    /// not `beforeunload`), so the 30 s default would lose the last changes.
-    #[cfg(target_arch = "wasm32")]
-    fn auto_save_interval(&self) -> std::time::Duration {
-        std::time::Duration::from_secs(1)
-    }
-
-    /// The page's hooks reach the app through this (`eframe::WebRunner::app_mut`, `crate::web`).
-    #[cfg(target_arch = "wasm32")]
-    fn as_any_mut(&mut self) -> Option<&mut dyn std::any::Any> {
-        Some(&mut *self)
-    }
-}
-
-/// Opens the window (`vramfit` with no command).
-///
-/// # Errors
-/// When no window can be created (no display).
-#[cfg(not(target_arch = "wasm32"))]
-pub fn run() -> anyhow::Result<()> {
-    let options = eframe::NativeOptions {
-        // The first frame sets the title to the selected device (`VramfitApp::window_title`).
-        viewport: egui::ViewportBuilder::default().with_inner_size([1280.0, 820.0]).with_title("vramfit"),
-        ..Default::default()
-    };
-    eframe::run_native(
-        "vramfit",
-        options,
-        Box::new(|cc| {
-            // Read here rather than through eframe, which drops what it cannot parse unsaid.
-            let (saved, mut notices) = match eframe::storage_dir("vramfit") {
-                Some(dir) => saved_settings::read_storage_file(&dir.join("app.ron"), eframe::APP_KEY),
-                None => (None, Vec::new()),
-            };
-            let saved = saved.or_else(|| cc.storage.and_then(|s| s.get_string(eframe::APP_KEY)));
-            let (settings, restored) = saved_settings::restore(saved.as_deref());
-            notices.extend(restored);
-            let mut app = VramfitApp::try_with_options(settings, AppOptions::default())
-                .map_err(|e| format!("cannot start the engine thread: {e}"))?;
-            app.add_notices(notices);
-            Ok(Box::new(app))
-        }),
-    )
-    .map_err(|e| {
-        anyhow::anyhow!(
-            "cannot open the window: {e}; use the command line (vramfit --help) on machines without a display"
-        )
-    })
 }

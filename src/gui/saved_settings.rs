@@ -5,10 +5,56 @@
 //! the adapter) is checked by the app once it knows the adapters ([`super::VramfitApp`]).
 
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
-use super::Settings;
+use serde::{Deserialize, Serialize};
+
 use crate::config::Config;
+use crate::device::{AdapterInfo, CpuBackend};
+
+/// Settings kept between launches (eframe persistence).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Settings {
+    /// Preset the sliders started from, or "custom" once edited.
+    pub preset: String,
+    /// The configuration the sliders edit.
+    pub config: Config,
+    /// Dataset folder; `None` = the bundled subset.
+    pub data_dir: Option<PathBuf>,
+    /// Adapter index, or `None` for CPU.
+    pub adapter: Option<usize>,
+    /// CPU backend when `adapter` is `None`.
+    pub cpu_backend: CpuBackend,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        let config = crate::config::presets::load_config("quickstart").unwrap_or_default();
+        Self { preset: "quickstart".into(), config, data_dir: None, adapter: Some(0), cpu_backend: CpuBackend::DEFAULT }
+    }
+}
+
+/// Notices about what `settings` point at that is gone: an adapter index this machine does not
+/// have among `adapters` (the app falls back to `device_label`, the CPU), a dataset folder that
+/// no longer exists.
+pub fn target_notices(settings: &Settings, adapters: &[AdapterInfo], device_label: &str) -> Vec<String> {
+    let mut notices = Vec::new();
+    if let Some(i) = settings.adapter.filter(|&i| i >= adapters.len()) {
+        notices.push(format!(
+            "the saved adapter {i} is not on this machine ({} adapters found): using {device_label}",
+            adapters.len()
+        ));
+    }
+    #[cfg(not(target_arch = "wasm32"))]
+    if let Some(dir) = settings.data_dir.as_ref().filter(|d| !d.exists()) {
+        notices.push(format!(
+            "the saved dataset folder {} no longer exists: choose another, or clear it for the bundled data",
+            dir.display()
+        ));
+    }
+    notices
+}
 
 /// The fields [`Settings`] has.
 const FIELDS: [&str; 5] = ["preset", "config", "data_dir", "adapter", "cpu_backend"];

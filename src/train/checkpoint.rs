@@ -354,8 +354,8 @@ pub fn describe_run(run_dir: &Path) -> Option<String> {
         Ok(l) => format!(
             "{}, {}, {} done, newest checkpoint {}",
             crate::data::dataset::class_list(&l.state.class_names),
-            crate::engine::events::count(l.state.global_step, "step"),
-            crate::engine::events::count(l.state.epoch, "epoch"),
+            crate::engine::words::count(l.state.global_step, "step"),
+            crate::engine::words::count(l.state.epoch, "epoch"),
             l.dir.display()
         ),
         Err(_) => "a run's files (config.toml, metrics or export) but no intact checkpoint".to_string(),

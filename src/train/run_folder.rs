@@ -242,8 +242,8 @@ impl Run<'_> {
         if steps + epochs > 0 {
             sink(Event::Info(format!(
                 "dropped {} of metrics.csv and {} of epochs.csv written after step {} (the checkpoint resumed from)",
-                crate::engine::events::count(steps, "row"),
-                crate::engine::events::count(epochs, "row"),
+                crate::engine::words::count(steps, "row"),
+                crate::engine::words::count(epochs, "row"),
                 state.global_step
             )));
         }
