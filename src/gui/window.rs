@@ -3,8 +3,9 @@
 
 use eframe::egui;
 
-use super::saved_settings;
-use super::{AppOptions, VramfitApp};
+use super::VramfitApp;
+#[cfg(not(target_arch = "wasm32"))]
+use super::{AppOptions, saved_settings};
 
 impl eframe::App for VramfitApp {
     fn ui(&mut self, ui: &mut egui::Ui, frame: &mut eframe::Frame) {
