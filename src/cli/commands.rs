@@ -157,12 +157,21 @@ pub struct PredictArgs {
     model: PathBuf,
     #[command(flatten)]
     device: DeviceArgs,
-    /// Classes to show per image.
-    #[arg(long, default_value_t = 5)]
+    /// Classes to show per image (at least 1).
+    #[arg(long, default_value_t = 5, value_parser = parse_top_k)]
     top_k: usize,
     /// Print JSON lines instead of text.
     #[arg(long)]
     json: bool,
+}
+
+/// `--top-k`: a whole number of at least 1 (0 would print nothing for every image).
+fn parse_top_k(s: &str) -> Result<usize, String> {
+    match s.parse::<usize>() {
+        Ok(0) => Err("0 classes would show nothing: give at least 1".into()),
+        Ok(k) => Ok(k),
+        Err(e) => Err(format!("expected a whole number of classes ({e})")),
+    }
 }
 
 pub fn predict(args: PredictArgs) -> anyhow::Result<ExitCode> {

@@ -12,7 +12,7 @@ use super::commands::{open_data, select_device};
 use super::{ConfigArgs, DeviceArgs};
 use crate::config::Config;
 use crate::data::dataset;
-use crate::device::SelectedDevice;
+use crate::device::{CpuBackend, DeviceChoice, SelectedDevice};
 use crate::engine::session::{Job, JobOutput, Session};
 use crate::engine::words::count;
 use crate::engine::worker::TrainingSpec;
@@ -134,10 +134,11 @@ fn run_job(spec: TrainingSpec) -> anyhow::Result<ExitCode> {
     req.auto_fit = spec.auto_fit;
     req.fresh_optimizer = spec.fresh_optimizer;
     req.max_steps = spec.max_steps;
-    let spec_max_steps = spec.max_steps;
+    let (spec_max_steps, spec_device) = (spec.max_steps, spec.device);
     let job = Job::Train { request: Box::new(req), splits, device: device.clone() };
     let JobOutput::Trained(summary) = run_engine(job)? else { bail!("the engine returned another job's output") };
-    print_summary(&summary, &device, &out, spec_max_steps);
+    let resume_flags = device_flags(&device, spec_device);
+    print_summary(&summary, &device, &out, spec_max_steps, &resume_flags);
     Ok(ExitCode::SUCCESS)
 }
 
@@ -201,7 +202,27 @@ fn overfit_check(config: Config, device: SelectedDevice, train_ds: dataset::Data
 }
 
 /// The lines printed after a run: accuracy, throughput, memory, skips and what to do next.
-fn print_summary(summary: &train::TrainSummary, device: &SelectedDevice, out: &Path, max_steps: Option<usize>) {
+/// The device flags that select `device` again (chosen as `choice`) for a resume command: none
+/// for the default adapter, `--adapter N`, or `--device cpu` with a CPU backend other than the
+/// default (also when a GPU was asked for and the CPU was used for want of one).
+fn device_flags(device: &SelectedDevice, choice: DeviceChoice) -> String {
+    match (device.is_gpu(), choice) {
+        (true, DeviceChoice::Gpu(Some(i))) => format!(" --adapter {i}"),
+        (true, _) => String::new(),
+        (false, DeviceChoice::Cpu(backend)) if backend != CpuBackend::DEFAULT => {
+            format!(" --device cpu --cpu-backend {}", backend.name())
+        }
+        (false, _) => " --device cpu".to_string(),
+    }
+}
+
+fn print_summary(
+    summary: &train::TrainSummary,
+    device: &SelectedDevice,
+    out: &Path,
+    max_steps: Option<usize>,
+    resume_flags: &str,
+) {
     if let Some(val) = &summary.val {
         println!(
             "validation accuracy {} (top-5 {}) on {} after {}, {}, {:.0} s on {}",
@@ -230,13 +251,28 @@ fn print_summary(summary: &train::TrainSummary, device: &SelectedDevice, out: &P
         );
     }
     if summary.stopped {
-        let device_flag = if device.is_gpu() { String::new() } else { " --device cpu".to_string() };
         let why = match max_steps {
             Some(cap) if summary.global_step >= cap => format!("reached --max-steps {cap}"),
             _ => "stopped".to_string(),
         };
-        println!("{why}; continue with: vramfit train --resume --out {}{device_flag}", out.display());
+        println!("{why}; continue with: vramfit train --resume --out {}{resume_flags}", out.display());
     } else if let Some(dir) = &summary.export_dir {
         println!("run folder {}; exported weights in {}", out.display(), dir.display());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::device::{self, CpuBackend, DeviceChoice};
+
+    #[test]
+    fn resume_hints_select_the_same_device_again() {
+        let ndarray = device::select(DeviceChoice::Cpu(CpuBackend::Ndarray)).unwrap();
+        let flags = super::device_flags(&ndarray, DeviceChoice::Cpu(CpuBackend::Ndarray));
+        assert_eq!(flags, " --device cpu --cpu-backend ndarray");
+        let flex = device::select(DeviceChoice::Cpu(CpuBackend::Flex)).unwrap();
+        assert_eq!(super::device_flags(&flex, DeviceChoice::Cpu(CpuBackend::Flex)), " --device cpu");
+        // A GPU asked for, the CPU used for want of one: the hint names the CPU.
+        assert_eq!(super::device_flags(&flex, DeviceChoice::Gpu(None)), " --device cpu");
     }
 }

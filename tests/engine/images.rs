@@ -306,6 +306,9 @@ fn c42_every_jpeg_extension_is_an_image_and_unsupported_formats_are_named_with_t
         !ok && log.contains("saved_from_browser.jfif: a ") && log.contains("1 of 2 images could not be predicted"),
         "{log}"
     );
+    let top0 = ["predict", "--device", "cpu", "--top-k", "0", "--model"].map(std::ffi::OsStr::new);
+    let (ok, log) = vramfit_cli(&[&top0[..], &[run.as_os_str(), data.join("a/camera.jpe").as_os_str()]].concat());
+    assert!(!ok && log.contains("0 classes would show nothing"), "{log}");
     // A folder given to predict: its HEIC photos are named one by one, not passed over.
     let iphone = cases().join("C42/dataset_iphone");
     let (ok, log) = vramfit_cli(&[

@@ -393,6 +393,7 @@ fn c44_run_folders_are_never_scanned_as_data() {
     let first = photos.join("runs/first");
     let (ok, log) = cli_train(&photos, &first, &["--epochs", "2", "--batch-size", "4", "--max-steps", "3"]);
     assert!(ok && log.contains("reached --max-steps 3; continue with: vramfit train --resume"), "{log}");
+    assert!(log.lines().any(|l| l.starts_with("reached") && l.ends_with(" --device cpu")), "{log}");
     assert!(log.contains("is a vramfit run folder (output, not data): skipped by the scan"), "{log}");
     assert!(first.join(".vramfit-run").is_file());
     let resume =
