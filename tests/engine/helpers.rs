@@ -296,3 +296,11 @@ pub(crate) fn file_uri(path: &Path) -> String {
     }
     uri
 }
+
+/// `vramfit predict --device cpu --model MODEL FILES...`; returns (success, output).
+pub(crate) fn cli_predict(model: &Path, files: &[&Path]) -> (bool, String) {
+    let mut args: Vec<&std::ffi::OsStr> = ["predict", "--device", "cpu", "--model"].map(std::ffi::OsStr::new).to_vec();
+    args.push(model.as_os_str());
+    args.extend(files.iter().map(|f| f.as_os_str()));
+    vramfit_cli(&args)
+}

@@ -293,15 +293,7 @@ fn c42_every_jpeg_extension_is_an_image_and_unsupported_formats_are_named_with_t
     let run = dir.path().join("run");
     let (ok, log) = cli_train(&data, &run, &["--epochs", "1", "--batch-size", "4"]);
     assert!(ok && log.contains("4 images in formats vramfit cannot read"), "{log}");
-    let (ok, log) = vramfit_cli(&[
-        "predict".as_ref(),
-        "--device".as_ref(),
-        "cpu".as_ref(),
-        "--model".as_ref(),
-        run.as_os_str(),
-        data.join("a/saved_from_browser.jfif").as_os_str(),
-        data.join("b/modern.avif").as_os_str(),
-    ]);
+    let (ok, log) = cli_predict(&run, &[&data.join("a/saved_from_browser.jfif"), &data.join("b/modern.avif")]);
     assert!(
         !ok && log.contains("saved_from_browser.jfif: a ") && log.contains("1 of 2 images could not be predicted"),
         "{log}"
@@ -311,14 +303,7 @@ fn c42_every_jpeg_extension_is_an_image_and_unsupported_formats_are_named_with_t
     assert!(!ok && log.contains("0 classes would show nothing"), "{log}");
     // A folder given to predict: its HEIC photos are named one by one, not passed over.
     let iphone = cases().join("C42/dataset_iphone");
-    let (ok, log) = vramfit_cli(&[
-        "predict".as_ref(),
-        "--device".as_ref(),
-        "cpu".as_ref(),
-        "--model".as_ref(),
-        run.as_os_str(),
-        iphone.join("iphone").as_os_str(),
-    ]);
+    let (ok, log) = cli_predict(&run, &[&iphone.join("iphone")]);
     assert!(!ok && log.matches("HEIF/HEIC image (brand").count() == 4, "{log}");
     let (ok, log) = cli_train(&iphone, &dir.path().join("iphone"), &["--epochs", "1"]);
     assert!(

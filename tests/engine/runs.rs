@@ -611,14 +611,7 @@ fn c41_a_thousand_classes_print_a_summary_and_write_the_full_matrix_to_a_file() 
     assert!(log.contains("the 10 largest confusions") && log.lines().count() < 40 && log.len() < 5000, "{log}");
     let matrix = std::fs::read_to_string(&csv).unwrap();
     assert_eq!(matrix.lines().count(), 1001, "a header and one row per class");
-    let (ok, log) = vramfit_cli(&[
-        "predict".as_ref(),
-        "--device".as_ref(),
-        "cpu".as_ref(),
-        "--model".as_ref(),
-        run.as_os_str(),
-        data.join("class_0999/img_0.png").as_os_str(),
-    ]);
+    let (ok, log) = cli_predict(&run, &[&data.join("class_0999/img_0.png")]);
     assert!(ok && log.contains("class_"), "{log}");
 }
 
