@@ -1,7 +1,8 @@
 //! Compute devices: the wgpu adapters on this machine and burn's CPU backends.
 //!
-//! `--adapter N` indexes [`list_adapters`]; `--device cpu` picks a CPU backend. With no adapter
-//! at all, [`select`] falls back to the CPU by itself and says so.
+//! `--adapter N` indexes [`list_adapters`]; `--device cpu` picks a CPU backend. The default,
+//! [`DeviceChoice::Auto`], is the fastest kind of device here ([`default_device`]): a hardware
+//! adapter where there is one, else the CPU backend, saying why.
 
 use burn::tensor::{Device, DeviceKind, FloatDType};
 use serde::Serialize;
@@ -144,12 +145,74 @@ pub async fn sync_async(device: &Device) -> std::result::Result<(), impl std::fm
     }
 }
 
-/// Index in `adapters` of the one the default device picks: the first discrete GPU, else
-/// integrated, virtual, then CPU adapter (wgpu's high-performance preference).
+/// Index in `adapters` of the one `--device gpu` picks without `--adapter`: the first discrete
+/// GPU, else integrated, virtual, then CPU adapter (wgpu's high-performance preference).
 pub fn default_adapter(adapters: &[AdapterInfo]) -> Option<usize> {
     ["DiscreteGpu", "IntegratedGpu", "VirtualGpu", "Cpu", "Other"]
         .iter()
         .find_map(|t| adapters.iter().position(|a| a.device_type == *t))
+}
+
+/// Names (lower case) of software rasterizers that report a device type other than `Cpu`:
+/// Mesa's llvmpipe/lavapipe, Google's SwiftShader (Chromium's WebGPU without a GPU) and
+/// Microsoft's WARP ("Microsoft Basic Render Driver").
+const SOFTWARE_ADAPTER_NAMES: [&str; 4] = ["llvmpipe", "lavapipe", "swiftshader", "microsoft basic render driver"];
+
+impl AdapterInfo {
+    /// Whether this adapter runs its shaders on the CPU: device type `Cpu`, or a known software
+    /// rasterizer's name ([`SOFTWARE_ADAPTER_NAMES`]). On one, training is far slower than on
+    /// burn's CPU backend on the same cores: 62 against 1022 img/s for the quickstart on two
+    /// cores (lavapipe against flex, `vramfit bench train -c quickstart`, docs/performance.md).
+    pub fn is_software(&self) -> bool {
+        let name = self.name.to_lowercase();
+        self.device_type == "Cpu" || SOFTWARE_ADAPTER_NAMES.iter().any(|n| name.contains(n))
+    }
+}
+
+/// The note of a run that wanted a GPU on a machine with no adapter at all.
+const NO_ADAPTER: &str = "no GPU adapter found: running on the CPU (install a Vulkan/Metal/DX12 driver, or mesa-vulkan-drivers for a software adapter)";
+
+/// What [`DeviceChoice::Auto`] runs on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DefaultDevice {
+    /// The adapter at this index of the list: the first hardware one in [`default_adapter`]'s order.
+    Adapter(usize),
+    /// The default CPU backend, because the only adapters are software ones; the index of the
+    /// first of them.
+    CpuOverSoftware(usize),
+    /// The default CPU backend, for want of any adapter.
+    CpuForWantOfAdapter,
+}
+
+impl DefaultDevice {
+    /// Why the CPU was chosen, in one line ending in `use_anyway` (how the client picks the
+    /// software adapter regardless, e.g. "`--device gpu --adapter 0` uses it anyway"); `None`
+    /// for an adapter.
+    pub fn cpu_note(self, adapters: &[AdapterInfo], use_anyway: &str) -> Option<String> {
+        match self {
+            DefaultDevice::Adapter(_) => None,
+            DefaultDevice::CpuOverSoftware(i) => Some(format!(
+                "running on the CPU (burn {}): the only GPU adapter here, {}, is a software one, about 16x slower on the same cores; {use_anyway}",
+                CpuBackend::DEFAULT.name(),
+                adapters.iter().find(|a| a.index == i).map_or("?", |a| a.name.as_str())
+            )),
+            DefaultDevice::CpuForWantOfAdapter => Some(NO_ADAPTER.into()),
+        }
+    }
+}
+
+/// The default device among `adapters`: the first hardware adapter in wgpu's high-performance
+/// order; where there are only software adapters ([`AdapterInfo::is_software`]), the CPU
+/// backend, faster on the same cores; where there is none, the CPU backend too.
+pub fn default_device(adapters: &[AdapterInfo]) -> DefaultDevice {
+    let hardware: Vec<AdapterInfo> = adapters.iter().filter(|a| !a.is_software()).cloned().collect();
+    if let Some(i) = default_adapter(&hardware) {
+        return DefaultDevice::Adapter(hardware[i].index);
+    }
+    match adapters.iter().find(|a| a.is_software()) {
+        Some(a) => DefaultDevice::CpuOverSoftware(a.index),
+        None => DefaultDevice::CpuForWantOfAdapter,
+    }
 }
 
 /// burn's CPU backends.
@@ -191,7 +254,11 @@ impl CpuBackend {
 /// What the user asked to run on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub enum DeviceChoice {
-    /// A wgpu adapter: `Some(index)` into [`list_adapters`], `None` for the default.
+    /// The fastest kind of device here ([`default_device`]): the first hardware adapter, else
+    /// the default CPU backend (a software adapter is left out: the CPU backend beats it).
+    Auto,
+    /// A wgpu adapter, software ones included: `Some(index)` into [`list_adapters`], `None` for
+    /// [`default_adapter`].
     Gpu(Option<usize>),
     /// A CPU backend.
     Cpu(CpuBackend),
@@ -246,61 +313,71 @@ impl SelectedDevice {
 }
 
 /// Resolves a [`DeviceChoice`]. A GPU request on a machine with no adapter falls back to the
-/// default CPU backend with a note.
+/// default CPU backend with a note, as [`DeviceChoice::Auto`] does where only software adapters
+/// exist.
 ///
 /// # Errors
 /// [`Error::Device`] when `--adapter N` is out of range or of an unusable type.
 pub fn select(choice: DeviceChoice) -> Result<SelectedDevice> {
     match choice {
         DeviceChoice::Cpu(b) => Ok(cpu(b, None)),
+        DeviceChoice::Auto => {
+            let adapters = list_adapters();
+            let default = default_device(&adapters);
+            match default {
+                DefaultDevice::Adapter(i) => open_adapter(&adapters, i),
+                DefaultDevice::CpuOverSoftware(i) => Ok(cpu(
+                    CpuBackend::DEFAULT,
+                    default.cpu_note(&adapters, &format!("`--device gpu --adapter {i}` uses it anyway")),
+                )),
+                DefaultDevice::CpuForWantOfAdapter => Ok(cpu(CpuBackend::DEFAULT, Some(NO_ADAPTER.into()))),
+            }
+        }
         DeviceChoice::Gpu(requested) => {
             let adapters = list_adapters();
-            let index = match requested {
-                Some(i) if i < adapters.len() => i,
-                Some(i) => {
-                    return Err(Error::Device(format!(
-                        "--adapter {i} does not exist: {} adapter(s) found; run `vramfit devices` to list them",
-                        adapters.len()
-                    )));
-                }
+            match requested {
+                Some(i) if i < adapters.len() => open_adapter(&adapters, i),
+                Some(i) => Err(Error::Device(format!(
+                    "--adapter {i} does not exist: {} adapter(s) found; run `vramfit devices` to list them",
+                    adapters.len()
+                ))),
                 None => match default_adapter(&adapters) {
-                    Some(i) => i,
-                    None => {
-                        return Ok(cpu(
-                            CpuBackend::DEFAULT,
-                            Some("no GPU adapter found: running on the CPU (install a Vulkan/Metal/DX12 driver, or mesa-vulkan-drivers for a software adapter)".into()),
-                        ));
-                    }
+                    Some(i) => open_adapter(&adapters, i),
+                    None => Ok(cpu(CpuBackend::DEFAULT, Some(NO_ADAPTER.into()))),
                 },
-            };
-            let adapter = adapters[index].clone();
-            let kind = adapter.kind.clone().ok_or_else(|| {
-                Error::Device(format!(
-                    "adapter {index} ({}) has device type Other, which burn cannot select; pick another with --adapter",
-                    adapter.name
-                ))
-            })?;
-            // `VRAMFIT_WGPU_POOLS=exclusive`: a browser's pools, for measuring them natively.
-            #[cfg(target_arch = "wasm32")]
-            let device = Device::wgpu(kind);
-            #[cfg(not(target_arch = "wasm32"))]
-            let device = if crate::memory::exclusive_pools_requested() {
-                Device::wgpu_options()
-                    .device_kind(kind)
-                    .memory_config(burn::tensor::wgpu::MemoryConfiguration::ExclusivePages)
-                    .init()
-                    .map_err(|e| Error::Device(format!("wgpu with exclusive pools: {e:?}")))?
-            } else {
-                Device::wgpu(kind)
-            };
-            Ok(SelectedDevice {
-                device,
-                name: format!("{} ({}, {})", adapter.name, adapter.backend, adapter.device_type),
-                adapter: Some(adapter),
-                note: None,
-            })
+            }
         }
     }
+}
+
+/// burn's device on `adapters[index]`.
+fn open_adapter(adapters: &[AdapterInfo], index: usize) -> Result<SelectedDevice> {
+    let adapter = adapters[index].clone();
+    let kind = adapter.kind.clone().ok_or_else(|| {
+        Error::Device(format!(
+            "adapter {index} ({}) has device type Other, which burn cannot select; pick another with --adapter",
+            adapter.name
+        ))
+    })?;
+    // `VRAMFIT_WGPU_POOLS=exclusive`: a browser's pools, for measuring them natively.
+    #[cfg(target_arch = "wasm32")]
+    let device = Device::wgpu(kind);
+    #[cfg(not(target_arch = "wasm32"))]
+    let device = if crate::memory::exclusive_pools_requested() {
+        Device::wgpu_options()
+            .device_kind(kind)
+            .memory_config(burn::tensor::wgpu::MemoryConfiguration::ExclusivePages)
+            .init()
+            .map_err(|e| Error::Device(format!("wgpu with exclusive pools: {e:?}")))?
+    } else {
+        Device::wgpu(kind)
+    };
+    Ok(SelectedDevice {
+        device,
+        name: format!("{} ({}, {})", adapter.name, adapter.backend, adapter.device_type),
+        adapter: Some(adapter),
+        note: None,
+    })
 }
 
 fn cpu(backend: CpuBackend, note: Option<String>) -> SelectedDevice {
@@ -348,5 +425,73 @@ pub fn outside_the_pools<T: Send>(device: &Device, task: impl FnOnce() -> T + Se
         let result = result.unwrap_or_else(|panic| std::panic::resume_unwind(panic));
         synced.map_err(|e| crate::engine::error::one_line_cause(&format!("{e:?}")))?;
         Ok(result)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn adapter(index: usize, name: &str, device_type: &str) -> AdapterInfo {
+        AdapterInfo {
+            index,
+            name: name.into(),
+            backend: "Vulkan".into(),
+            device_type: device_type.into(),
+            driver: String::new(),
+            max_buffer_size: 1 << 30,
+            max_storage_buffer_binding_size: 1 << 27,
+            shader_f16: false,
+            device_local_bytes: None,
+            kind: None,
+        }
+    }
+
+    #[test]
+    fn software_adapters_are_known_by_type_or_by_name() {
+        let software = [
+            adapter(0, "llvmpipe (LLVM 15.0.6, 256 bits)", "Cpu"),
+            adapter(0, "SwiftShader Device (Subzero)", "Cpu"),
+            adapter(0, "Microsoft Basic Render Driver", "Other"),
+            adapter(0, "Google SwiftShader", "IntegratedGpu"),
+        ];
+        assert!(software.iter().all(AdapterInfo::is_software));
+        let hardware = [
+            adapter(0, "NVIDIA GeForce RTX 3060", "DiscreteGpu"),
+            adapter(0, "AMD Radeon Graphics (RADV RENOIR)", "IntegratedGpu"),
+            adapter(0, "Apple M2", "IntegratedGpu"),
+        ];
+        assert!(!hardware.iter().any(AdapterInfo::is_software));
+    }
+
+    #[test]
+    fn the_default_device_is_a_hardware_adapter_else_the_cpu_saying_why() {
+        // Only a software adapter: the CPU backend, naming the adapter and how to use it anyway.
+        let lavapipe = adapter(0, "llvmpipe (LLVM 15.0.6, 256 bits)", "Cpu");
+        let only = std::slice::from_ref(&lavapipe);
+        assert_eq!(default_device(only), DefaultDevice::CpuOverSoftware(0));
+        let why = default_device(only).cpu_note(only, "`--device gpu --adapter 0` uses it anyway").unwrap();
+        assert!(why.starts_with("running on the CPU (burn flex): the only GPU adapter here, llvmpipe"), "{why}");
+        assert!(why.ends_with("`--device gpu --adapter 0` uses it anyway"), "{why}");
+        // `--device gpu` alone still takes it.
+        assert_eq!(default_adapter(only), Some(0));
+
+        // A real card anywhere in the list wins, even listed after the software adapter, and a
+        // discrete card beats an integrated one.
+        let integrated = adapter(1, "Intel(R) UHD Graphics 620", "IntegratedGpu");
+        let discrete = adapter(2, "NVIDIA GeForce RTX 3060", "DiscreteGpu");
+        let two = [lavapipe.clone(), integrated.clone()];
+        assert_eq!(default_device(&two), DefaultDevice::Adapter(1));
+        assert_eq!(default_device(&two).cpu_note(&two, ""), None);
+        assert_eq!(default_device(&[lavapipe.clone(), integrated, discrete]), DefaultDevice::Adapter(2));
+
+        // SwiftShader typed as an integrated GPU is still software.
+        let swiftshader = adapter(3, "SwiftShader Device", "IntegratedGpu");
+        assert_eq!(default_device(&[swiftshader]), DefaultDevice::CpuOverSoftware(3));
+
+        // No adapter at all: the CPU, saying how to get one.
+        assert_eq!(default_device(&[]), DefaultDevice::CpuForWantOfAdapter);
+        let why = DefaultDevice::CpuForWantOfAdapter.cpu_note(&[], "").unwrap();
+        assert!(why.contains("no GPU adapter found"), "{why}");
     }
 }

@@ -144,7 +144,7 @@ pub fn bench(args: BenchArgs, app: super::App) -> anyhow::Result<ExitCode> {
             serde_json::to_string_pretty(&rows)?
         }
         "loader" => {
-            let device = select_device(args.device.choice())?;
+            let device = select_device(args.device.gpu_choice())?;
             if args.train_steps > 0 {
                 anyhow::ensure!(
                     crate::kernels::device_augment::runs_wgsl(&device.device),
@@ -189,22 +189,30 @@ fn compare_with_baseline(args: &BenchArgs) -> anyhow::Result<ExitCode> {
     let baseline: Vec<crate::bench::TrainBenchRow> = serde_json::from_str(&text).with_context(|| {
         format!("{} is not a `bench train --json` output (a list of rows): write one with `vramfit bench train --json FILE`", path.display())
     })?;
-    // Only the (config, backend) pairs the baseline has: a slow pair left out of it stays out.
-    // One `bench_train` per backend, as a plain `bench train` does: the device is selected once.
-    let mut configs_by_backend: Vec<(&str, Vec<String>)> = Vec::new();
+    // Only the rows the baseline has, each with its own micro-batch and precision (a preset's
+    // may have changed since: the 224 px tiers went from batch 32 to their tier's choice), so
+    // the guard measures the same work. One `bench_train` per backend, as a plain `bench train`
+    // does: the device is selected once.
+    let mut configs_by_backend: Vec<(&str, Vec<Config>)> = Vec::new();
     for row in &baseline {
+        let mut config = super::load_config(&row.config)?;
+        config.train.batch_size = row.batch_size;
+        config.train.grad_accum_steps = 1;
+        config.train.precision = crate::config::Precision::ALL
+            .into_iter()
+            .find(|p| p.name() == row.precision)
+            .with_context(|| format!("{}: a row's precision {:?} is not f32 or f16", path.display(), row.precision))?;
         let backend = backend_key(&row.backend);
-        let names = match configs_by_backend.iter_mut().find(|(b, _)| *b == backend) {
-            Some((_, names)) => names,
+        let configs = match configs_by_backend.iter_mut().find(|(b, _)| *b == backend) {
+            Some((_, configs)) => configs,
             None => &mut configs_by_backend.push_mut((backend, Vec::new())).1,
         };
-        if !names.contains(&row.config) {
-            names.push(row.config.clone());
+        if !configs.contains(&config) {
+            configs.push(config);
         }
     }
     let mut fresh = Vec::new();
-    for (backend, names) in configs_by_backend {
-        let configs = names.iter().map(|n| super::load_config(n)).collect::<crate::Result<Vec<_>>>()?;
+    for (backend, configs) in configs_by_backend {
         let backends = [backend.to_string()];
         fresh.extend(crate::bench::bench_train(
             &configs,
@@ -248,7 +256,7 @@ fn memory_cell_in_child(
     };
     let mut cmd = std::process::Command::new(exe);
     cmd.args(["bench", "memory", "--config", config_name, "--cell", &cell.to_arg(), "--steps", &steps.to_string()]);
-    cmd.args(super::device_flags(args.device.choice()));
+    cmd.args(super::device_flags(args.device.gpu_choice()));
     match cmd.stderr(std::process::Stdio::piped()).output() {
         Ok(out) if out.status.success() => {
             match String::from_utf8_lossy(&out.stdout).lines().rev().find_map(|l| serde_json::from_str(l).ok()) {
@@ -280,7 +288,7 @@ fn bench_memory(args: &BenchArgs) -> anyhow::Result<Option<String>> {
     let steps = args.steps.clamp(1, 3);
     if let Some(cell) = &args.cell {
         let cell = crate::bench::memory::MemoryCell::parse(cell)?;
-        let device = select_device(args.device.choice())?;
+        let device = select_device(args.device.gpu_choice())?;
         let row = crate::bench::memory::measure_cell(&base, &device, &cell, steps);
         println!("{}", serde_json::to_string(&row)?);
         return Ok(None);
@@ -297,9 +305,9 @@ fn bench_memory(args: &BenchArgs) -> anyhow::Result<Option<String>> {
                 row
             })
             .collect::<Vec<_>>();
-        (rows, format!("{} (each cell in a fresh process)", select_device(args.device.choice())?.name))
+        (rows, format!("{} (each cell in a fresh process)", select_device(args.device.gpu_choice())?.name))
     } else {
-        let device = select_device(args.device.choice())?;
+        let device = select_device(args.device.gpu_choice())?;
         let rows = crate::bench::memory::bench_memory(&base, &device, &grid, steps, &mut |line| eprintln!("{line}"));
         (rows, device.name)
     };

@@ -294,6 +294,9 @@ pub fn plan(args: PlanArgs) -> anyhow::Result<ExitCode> {
     }
     let p = memory::plan(&config, args.classes);
     print!("{}", plan_report(&config, &p));
+    if let Some(line) = tier_line(&config, args.classes) {
+        print!("{line}");
+    }
     // Exit status 2 when the configuration does not fit, for scripts (`plan && train`).
     Ok(if p.fits { ExitCode::SUCCESS } else { ExitCode::from(2) })
 }
@@ -301,24 +304,36 @@ pub fn plan(args: PlanArgs) -> anyhow::Result<ExitCode> {
 /// `vramfit plan --suggest`: the tier search's candidates and choice; applies the choice to
 /// `config` so the plan printed after it is the suggested one.
 fn suggest_report(config: &mut Config, classes: usize) -> String {
-    let budget = config.memory.memory_budget_bytes;
-    let room = (budget as f64 * crate::config::presets::TIER_HEADROOM) as u64;
+    use crate::config::tiers::{TIER_BAND, tier_reason, tier_search};
     let effective = config.train.batch_size * config.train.grad_accum_steps;
     let mut s = format!(
-        "cheapest settings for an effective batch of {effective} within {:.0}% of {} ({}):\n",
-        crate::config::presets::TIER_HEADROOM * 100.0,
-        human_bytes(budget),
-        human_bytes(room)
+        "fastest settings for an effective batch of {effective} planned at {:.0}-{:.0}% of {}, fastest first:\n",
+        TIER_BAND.0 * 100.0,
+        TIER_BAND.1 * 100.0,
+        human_bytes(config.memory.memory_budget_bytes),
     );
-    let (chosen, tried) = crate::config::presets::tier_search(config, classes, true);
+    let (chosen, tried) = tier_search(config, classes, true);
     for t in &tried {
-        let verdict = if t.fits { "fits" } else { "over" };
-        s.push_str(&format!("  {:<40}{:>12}  {verdict}\n", t.settings.to_string(), human_bytes(t.predicted_bytes)));
+        let verdict = if t.in_band() {
+            "in the band"
+        } else if t.fits() {
+            "under"
+        } else {
+            "over"
+        };
+        s.push_str(&format!(
+            "  {:<40}{:>12} {:>5.0}%  {verdict}\n",
+            t.settings.to_string(),
+            human_bytes(t.predicted_bytes),
+            100.0 * t.share
+        ));
     }
     match chosen {
-        Some(t) => {
+        Some(c) => {
+            let t = c.settings;
             s.push_str(&format!(
-                "suggested: {t}: --set train.precision={} --set train.checkpointing={} --batch-size {} --grad-accum-steps {}\n\n",
+                "suggested, {}: --set train.precision={} --set train.checkpointing={} --batch-size {} --grad-accum-steps {}\n\n",
+                tier_reason(&c, config.memory.memory_budget_bytes),
                 t.precision,
                 t.checkpointing,
                 t.batch_size,
@@ -331,9 +346,21 @@ fn suggest_report(config: &mut Config, classes: usize) -> String {
     s
 }
 
+/// For a config whose train settings are the tier search's choice for its budget (a shipped
+/// tier preset, or one `--suggest` made), the line saying why: `tier 8gb: the fastest ...`.
+fn tier_line(config: &Config, classes: usize) -> Option<String> {
+    use crate::config::tiers::{TierSettings, tier_reason, tier_search};
+    let chosen = tier_search(config, classes, true).0?;
+    (chosen.settings == TierSettings::of(config))
+        .then(|| format!("tier {}: {}\n", config.name, tier_reason(&chosen, config.memory.memory_budget_bytes)))
+}
+
 pub fn devices() -> anyhow::Result<ExitCode> {
     let adapters = device::list_adapters();
-    let default = device::default_adapter(&adapters);
+    let default = match device::default_device(&adapters) {
+        device::DefaultDevice::Adapter(i) => Some(i),
+        _ => None,
+    };
     if adapters.is_empty() {
         println!(
             "no GPU adapter found; commands run on the CPU (burn flex). Install a Vulkan driver (e.g. mesa-vulkan-drivers) for a GPU or software adapter."
@@ -341,12 +368,13 @@ pub fn devices() -> anyhow::Result<ExitCode> {
     }
     for a in &adapters {
         println!(
-            "{}{} {} [{} {}] driver {} | memory {} | max buffer {} | max storage binding {} | f16 {}",
+            "{}{} {} [{} {}{}] driver {} | memory {} | max buffer {} | max storage binding {} | f16 {}",
             if Some(a.index) == default { "*" } else { " " },
             a.index,
             a.name,
             a.backend,
             a.device_type,
+            if a.is_software() { ", software: slower than the CPU backend" } else { "" },
             if a.driver.is_empty() { "?" } else { &a.driver },
             a.device_local_bytes.map_or("unknown (not Vulkan)".into(), human_bytes),
             human_bytes(a.max_buffer_size),
@@ -354,10 +382,8 @@ pub fn devices() -> anyhow::Result<ExitCode> {
             if a.shader_f16 { "yes" } else { "no" }
         );
     }
-    println!("  cpu: burn flex (default CPU backend), burn ndarray");
-    if default.is_some() {
-        println!("* = the adapter used by default; pick another with --adapter N");
-    }
+    println!("{} cpu: burn flex (default CPU backend), burn ndarray", if default.is_none() { "*" } else { " " });
+    println!("* = the device used by default; pick an adapter with --adapter N, the CPU with --device cpu");
     Ok(ExitCode::SUCCESS)
 }
 

@@ -154,13 +154,15 @@ fn parse_budget(s: &str) -> Result<u64, String> {
 
 pub use crate::config::byte_size::parse_bytes;
 
-/// Which device: the GPU adapter (default) or a CPU backend.
+/// Which device: the fastest here (default), a GPU adapter or a CPU backend.
 #[derive(Args, Debug, Clone, Default)]
 pub struct DeviceArgs {
-    /// `gpu` (a wgpu adapter; falls back to the CPU when none exists) or `cpu`.
-    #[arg(long, value_enum, default_value_t = DeviceFlag::Gpu)]
+    /// `auto` (a hardware GPU adapter, else the CPU: a software adapter such as llvmpipe is
+    /// slower than the CPU backend), `gpu` (a wgpu adapter, software ones included; the CPU when
+    /// none exists) or `cpu`.
+    #[arg(long, value_enum, default_value_t = DeviceFlag::Auto)]
     pub device: DeviceFlag,
-    /// Adapter index from `vramfit devices`.
+    /// Adapter index from `vramfit devices` (implies `--device gpu`).
     #[arg(long)]
     pub adapter: Option<usize>,
     /// CPU backend for `--device cpu`.
@@ -171,8 +173,10 @@ pub struct DeviceArgs {
 /// `--device`.
 #[derive(ValueEnum, Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum DeviceFlag {
-    /// A wgpu adapter.
+    /// The fastest kind of device here ([`DeviceChoice::Auto`]).
     #[default]
+    Auto,
+    /// A wgpu adapter.
     Gpu,
     /// burn's CPU backend.
     Cpu,
@@ -192,11 +196,25 @@ impl DeviceArgs {
     /// The engine's device choice.
     pub fn choice(&self) -> DeviceChoice {
         match self.device {
-            DeviceFlag::Gpu => DeviceChoice::Gpu(self.adapter),
-            DeviceFlag::Cpu => DeviceChoice::Cpu(match self.cpu_backend {
-                CpuFlag::Flex => CpuBackend::Flex,
-                CpuFlag::Ndarray => CpuBackend::Ndarray,
-            }),
+            DeviceFlag::Auto if self.adapter.is_none() => DeviceChoice::Auto,
+            DeviceFlag::Auto | DeviceFlag::Gpu => DeviceChoice::Gpu(self.adapter),
+            DeviceFlag::Cpu => DeviceChoice::Cpu(self.cpu_backend()),
+        }
+    }
+
+    /// The device choice of a command that measures a GPU (`bench`): as [`Self::choice`], but
+    /// `auto` takes the default adapter, a software one included, since measuring one is the point.
+    pub fn gpu_choice(&self) -> DeviceChoice {
+        match self.choice() {
+            DeviceChoice::Auto => DeviceChoice::Gpu(None),
+            choice => choice,
+        }
+    }
+
+    fn cpu_backend(&self) -> CpuBackend {
+        match self.cpu_backend {
+            CpuFlag::Flex => CpuBackend::Flex,
+            CpuFlag::Ndarray => CpuBackend::Ndarray,
         }
     }
 }
@@ -276,9 +294,10 @@ fn install_panic_hook() {
 }
 
 /// The command-line flags that select `choice` in a child `vramfit` process
-/// (`--device gpu [--adapter N]` or `--device cpu --cpu-backend flex|ndarray`).
+/// (`--device auto`, `--device gpu [--adapter N]` or `--device cpu --cpu-backend flex|ndarray`).
 pub fn device_flags(choice: DeviceChoice) -> Vec<String> {
     match choice {
+        DeviceChoice::Auto => vec!["--device".into(), "auto".into()],
         DeviceChoice::Gpu(adapter) => {
             let mut args = vec!["--device".to_string(), "gpu".to_string()];
             if let Some(i) = adapter {
@@ -296,6 +315,27 @@ pub fn device_flags(choice: DeviceChoice) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_device_flag_defaults_to_auto_and_an_adapter_index_means_that_adapter() {
+        #[derive(Parser)]
+        struct DeviceOnly {
+            #[command(flatten)]
+            device: DeviceArgs,
+        }
+        let parse = |args: &[&str]| DeviceOnly::try_parse_from(args).unwrap().device.choice();
+        assert_eq!(parse(&["vramfit"]), DeviceChoice::Auto);
+        assert_eq!(parse(&["vramfit", "--adapter", "1"]), DeviceChoice::Gpu(Some(1)));
+        assert_eq!(parse(&["vramfit", "--device", "gpu"]), DeviceChoice::Gpu(None));
+        assert_eq!(parse(&["vramfit", "--device", "cpu"]), DeviceChoice::Cpu(CpuBackend::Flex));
+        // Each choice survives the trip to the worker process's command line.
+        for choice in [DeviceChoice::Auto, DeviceChoice::Gpu(Some(1)), DeviceChoice::Gpu(None)] {
+            let mut args = vec!["vramfit".to_string()];
+            args.extend(device_flags(choice));
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            assert_eq!(parse(&args), choice);
+        }
+    }
 
     /// Just the config flags, as a command line gives them.
     #[derive(Parser)]

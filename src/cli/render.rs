@@ -5,6 +5,10 @@ use indicatif::{ProgressBar, ProgressStyle};
 use crate::engine::events::Event;
 use crate::memory::human_bytes;
 
+/// The progress bar's message until the first step ends.
+const FIRST_STEP_MESSAGE: &str =
+    "preparing the first step: loading data and, on a GPU, compiling every kernel (later runs reuse them)";
+
 /// Draws one training run's events.
 #[derive(Default)]
 pub struct Renderer {
@@ -27,7 +31,7 @@ impl Renderer {
             b.finish_and_clear();
         }
         let bar = ProgressBar::new(self.steps_per_epoch as u64);
-        let style = ProgressStyle::with_template("epoch {prefix} [{bar:30}] {pos}/{len} {msg}")
+        let style = ProgressStyle::with_template("epoch {prefix} [{bar:30}] {pos}/{len} {elapsed} {msg}")
             .unwrap_or_else(|_| ProgressStyle::default_bar())
             .progress_chars("=> ");
         bar.set_style(style);
@@ -43,6 +47,12 @@ impl Renderer {
                 self.steps_per_epoch = *steps_per_epoch;
                 eprintln!("{}", started_line(event));
                 self.new_bar(*start_epoch, *e);
+                if let Some(b) = &self.bar {
+                    // Until the first step: the bar's clock ticks, so a first step that compiles
+                    // every kernel (minutes on a software adapter) does not look like a hang.
+                    b.set_message(FIRST_STEP_MESSAGE);
+                    b.enable_steady_tick(std::time::Duration::from_secs(1));
+                }
             }
             Event::Step { step, epoch, loss, accuracy, lr, images_per_sec, .. } => {
                 if self.bar.is_none() {

@@ -203,11 +203,13 @@ fn overfit_check(config: Config, device: SelectedDevice, train_ds: dataset::Data
 
 /// The lines printed after a run: accuracy, throughput, memory, skips and what to do next.
 /// The device flags that select `device` again (chosen as `choice`) for a resume command: none
-/// for the default adapter, `--adapter N`, or `--device cpu` with a CPU backend other than the
-/// default (also when a GPU was asked for and the CPU was used for want of one).
+/// for the default device's adapter, `--device gpu` for the default adapter asked for by
+/// `--device gpu`, `--adapter N`, or `--device cpu` with a CPU backend other than the default
+/// (also when a GPU was asked for and the CPU was used for want of one).
 fn device_flags(device: &SelectedDevice, choice: DeviceChoice) -> String {
     match (device.is_gpu(), choice) {
         (true, DeviceChoice::Gpu(Some(i))) => format!(" --adapter {i}"),
+        (true, DeviceChoice::Gpu(None)) => " --device gpu".to_string(),
         (true, _) => String::new(),
         (false, DeviceChoice::Cpu(backend)) if backend != CpuBackend::DEFAULT => {
             format!(" --device cpu --cpu-backend {}", backend.name())
@@ -274,5 +276,7 @@ mod tests {
         assert_eq!(super::device_flags(&flex, DeviceChoice::Cpu(CpuBackend::Flex)), " --device cpu");
         // A GPU asked for, the CPU used for want of one: the hint names the CPU.
         assert_eq!(super::device_flags(&flex, DeviceChoice::Gpu(None)), " --device cpu");
+        // The default device chose the CPU (only a software adapter here): the hint keeps it there.
+        assert_eq!(super::device_flags(&flex, DeviceChoice::Auto), " --device cpu");
     }
 }

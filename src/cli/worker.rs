@@ -101,5 +101,13 @@ pub fn train_in_child(spec: TrainingSpec) -> anyhow::Result<ExitCode> {
             eprintln!("error: {report}");
             Ok(ExitCode::FAILURE)
         }
+        End::StoppedBeforeFirstStep => {
+            eprintln!(
+                "stopped before the first step ended (nothing to save): `vramfit train --resume --out {} {}` starts it again",
+                job.spec.out_dir.display(),
+                super::device_flags(job.spec.device).join(" ")
+            );
+            Ok(ExitCode::SUCCESS)
+        }
     }
 }

@@ -6,6 +6,7 @@
 
 pub mod byte_size;
 pub mod presets;
+pub mod tiers;
 pub mod user_text;
 
 use serde::{Deserialize, Serialize};

@@ -39,6 +39,12 @@ use crate::engine::events::{Event, LiveBudget, RunEnd, StopSignal};
 /// folder keeps its last checkpoint, as after any crash).
 pub const WORKER_STOP_GRACE: std::time::Duration = std::time::Duration::from_secs(120);
 
+/// How long a worker process that has not finished a step yet may take to stop before it is
+/// ended: its first step compiles every kernel (minutes on a software adapter) and cannot be
+/// interrupted, and ending it loses nothing (no step of this process to save; its run folder
+/// resumes from the checkpoint it started from, or from step 0).
+pub const FIRST_STEP_STOP_GRACE: std::time::Duration = std::time::Duration::from_secs(3);
+
 /// Marks an event line on the child's stdout.
 pub const EVENT_PREFIX: &str = "\u{1e}vramfit-event ";
 /// Marks the job line, the first line the parent writes to the child's stdin.
@@ -80,6 +86,8 @@ pub enum End {
     /// Killed by a signal or a panic: the report says the cause, where, its last messages and
     /// the command that resumes the run.
     Crashed(String),
+    /// Asked to stop before it finished a step, and ended after [`FIRST_STEP_STOP_GRACE`].
+    StoppedBeforeFirstStep,
 }
 
 /// A training worker process in flight.
@@ -172,6 +180,11 @@ impl WorkerProcess {
     /// Asks the child to stop after its current step (it saves a checkpoint).
     pub fn stop(&mut self) {
         self.send("stop");
+    }
+
+    /// Whether the child reported a finished step.
+    pub fn has_stepped(&self) -> bool {
+        self.last_step.lock().unwrap_or_else(PoisonError::into_inner).is_some()
     }
 
     /// Kills the child (a worker that did not stop when asked); its run folder keeps its last
@@ -358,12 +371,13 @@ pub fn supervise_with(
     let job_line = spec.job_line()?;
     let io = |e: std::io::Error| Error::io(&spec.out_dir, format!("cannot start the training process: {e}"));
     let (tx, output) = std::sync::mpsc::channel();
-    let gpu = matches!(spec.device, DeviceChoice::Gpu(_));
+    let gpu = !matches!(spec.device, DeviceChoice::Cpu(_));
     let args: [OsString; 2] = ["train".into(), "--worker".into()];
     let mut process =
         WorkerProcess::spawn(&job.launch.exe, &args, &job.launch.env, &spec.out_dir, gpu, tx, || {}).map_err(io)?;
     process.send(&job_line);
     let (mut budget_sent, mut stop_sent) = (spec.config.memory.memory_budget_bytes, None);
+    let mut ended_before_first_step = false;
     loop {
         match output.recv_timeout(std::time::Duration::from_millis(50)) {
             Ok(item) => on_output(item),
@@ -375,6 +389,10 @@ pub fn supervise_with(
                 process.stop();
                 stop_sent = Some(std::time::Instant::now());
             }
+            Some(at) if !process.has_stepped() && at.elapsed() > FIRST_STEP_STOP_GRACE && !ended_before_first_step => {
+                process.kill();
+                ended_before_first_step = true;
+            }
             // A worker stuck below the engine (in the driver) would hold its client forever.
             Some(at) if at.elapsed() > WORKER_STOP_GRACE => process.kill(),
             _ => {}
@@ -384,7 +402,11 @@ pub fn supervise_with(
             process.set_budget(budget_sent);
         }
     }
-    process.wait().map_err(|e| Error::Worker(format!("lost the training process: {e}")))
+    let end = process.wait().map_err(|e| Error::Worker(format!("lost the training process: {e}")))?;
+    Ok(match end {
+        End::Crashed(_) if ended_before_first_step => End::StoppedBeforeFirstStep,
+        end => end,
+    })
 }
 
 /// [`supervise_with`] for a client of events: the child's events go to `sink`, its other
@@ -416,6 +438,17 @@ pub fn supervise(
             Err(Error::Worker(message.unwrap_or_else(|| "the training process failed; see the log".into())))
         }
         End::Crashed(report) => Err(Error::Worker(format!("{report}\n(the app: press Resume)"))),
+        End::StoppedBeforeFirstStep => {
+            // Nothing of this process to save: the run stands where its last checkpoint left it.
+            let state = crate::train::checkpoint::latest(&job.spec.out_dir).ok().map(|(_, s)| s);
+            Ok(RunEnd {
+                stopped: true,
+                global_step: state.as_ref().map_or(0, |s| s.global_step),
+                epochs_completed: state.as_ref().map_or(0, |s| s.epoch),
+                export_dir: None,
+                val: None,
+            })
+        }
     }
 }
 

@@ -44,7 +44,7 @@ pub use command::Command;
 use evaluation::evaluation_ui;
 pub use frame_time::{FRAME_BUDGET_MS, FrameSummary, FrameTimes};
 pub use history::RunHistory;
-use plots::plots_ui;
+use plots::{PlotsView, plots_ui};
 pub use predict::{PredictView, Prediction};
 pub use saved_settings::Settings;
 use setup::{DatasetView, DeviceView, SetupView, setup_ui};
@@ -121,6 +121,8 @@ pub struct VramfitApp {
     files_dataset: Option<String>,
     plan: Plan,
     plan_for: Option<Config>,
+    /// Why the settings' tier preset trains as it does (`None` for other settings).
+    tier_reason: Option<String>,
     session: Session,
     /// Files dropped on a page, read asynchronously (a browser has no paths).
     #[cfg(target_arch = "wasm32")]
@@ -198,6 +200,7 @@ impl VramfitApp {
             files_dataset: None,
             plan,
             plan_for: None,
+            tier_reason: None,
             session,
             in_memory_model: None,
             #[cfg(target_arch = "wasm32")]
@@ -328,6 +331,20 @@ impl VramfitApp {
         &mut self.options
     }
 
+    /// Selects the default device ([`device::default_device`]): the first hardware adapter, else
+    /// the CPU with a notice saying why (a software adapter is slower than the CPU backend).
+    /// For a first start, when no saved settings chose a device.
+    pub fn select_default_device(&mut self) {
+        let default = device::default_device(&self.adapters);
+        self.settings.adapter = match default {
+            device::DefaultDevice::Adapter(i) => Some(i),
+            _ => None,
+        };
+        let notice = default.cpu_note(&self.adapters, "choose it under Device to use it anyway");
+        self.notices.extend(notice);
+        self.refresh();
+    }
+
     /// The device the settings select (CPU when the adapter is gone).
     pub fn device_choice(&self) -> DeviceChoice {
         match self.settings.adapter {
@@ -389,7 +406,28 @@ impl VramfitApp {
             let classes = self.data.as_ref().map_or(10, |d| d.train.class_names.len());
             self.plan = memory::plan(&self.settings.config, classes);
             self.plan_for = Some(self.settings.config.clone());
+            self.tier_reason = self.find_tier_reason(classes);
         }
+    }
+
+    /// Why a tier preset has its settings ([`crate::config::tiers::tier_reason`]), while the
+    /// settings are a tier's (its name starts the preset's) and hold the tier search's choice
+    /// for their budget on this device.
+    fn find_tier_reason(&self, classes: usize) -> Option<String> {
+        use crate::config::tiers::{TierSettings, tier_reason, tier_search};
+        const TIERS: [&str; 4] = ["4gb", "6gb", "8gb", "12gb"];
+        let preset = self.settings.preset.split(' ').next()?;
+        if !TIERS.contains(&preset) {
+            return None;
+        }
+        let config = &self.settings.config;
+        let chosen = tier_search(config, classes, self.f16_available()).0?;
+        (chosen.settings == TierSettings::of(config)).then(|| tier_reason(&chosen, config.memory.memory_budget_bytes))
+    }
+
+    /// The line [`Self::find_tier_reason`] made for the current settings, if any.
+    pub fn shown_tier_reason(&self) -> Option<&str> {
+        self.tier_reason.as_deref()
     }
 
     /// How the knobs' config scans a dataset (validation split, its seed, empty classes).
@@ -455,7 +493,13 @@ impl VramfitApp {
             ui.separator();
             match self.view {
                 View::Training => {
-                    plots_ui(ui, &self.history, self.settings.config.memory.memory_budget_bytes, &mut commands)
+                    let view = PlotsView {
+                        history: &self.history,
+                        plan: self.shown_plan(),
+                        budget: self.settings.config.memory.memory_budget_bytes,
+                        training: self.training(),
+                    };
+                    plots_ui(ui, &view, &mut commands)
                 }
                 View::Evaluation => {
                     evaluation_ui(ui, self.evaluation.as_ref(), can_evaluate, evaluating, &mut commands);
@@ -516,6 +560,7 @@ impl VramfitApp {
             device,
             dataset,
             plan: self.shown_plan(),
+            tier_reason: self.tier_reason.as_deref(),
             notices: &self.notices,
             training: self.training(),
             has_run: self.last_run.is_some(),

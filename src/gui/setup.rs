@@ -23,6 +23,8 @@ pub(super) struct SetupView<'a> {
     /// The memory plan shown: the settings', or while a run lasts the run's own (what it
     /// trains after `--auto-fit`, against the budget as it is now).
     pub(super) plan: &'a Plan,
+    /// Why the tier preset in use trains as it does, when the settings are a tier's.
+    pub(super) tier_reason: Option<&'a str>,
     /// What the app did with its saved settings, shown at the top until dismissed.
     pub(super) notices: &'a [String],
     /// Whether a run is in progress (most of the panel is disabled then).
@@ -81,6 +83,9 @@ pub(super) fn setup_ui(ui: &mut egui::Ui, view: &SetupView<'_>, commands: &mut V
         dataset_ui(ui, &view.dataset, commands);
         ui.separator();
         preset_ui(ui, &settings.preset, view.device.card_tier, commands);
+        if let Some(reason) = view.tier_reason {
+            ui.small(format!("This tier trains with {reason}."));
+        }
         let mut config = settings.config.clone();
         knobs_ui(ui, &mut config, view.device.f16, view.device.gpu);
         if config != settings.config {

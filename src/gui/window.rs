@@ -60,6 +60,9 @@ pub fn run() -> anyhow::Result<()> {
             notices.extend(restored);
             let mut app = VramfitApp::try_with_options(settings, AppOptions::default())
                 .map_err(|e| format!("cannot start the engine thread: {e}"))?;
+            if saved.is_none() {
+                app.select_default_device();
+            }
             app.add_notices(notices);
             Ok(Box::new(app))
         }),

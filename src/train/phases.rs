@@ -52,6 +52,7 @@ pub(super) async fn run(
     let record = restored.as_ref().map(|r| &r.record);
     run.open_store(claimed.as_ref().and_then(|c| c.stored.as_ref()), splits, record, sink)?;
     sink(run.started_event(splits));
+    crate::fault::at_start();
     let nothing = run.nothing_to_train();
     if let Some(why) = &nothing {
         // Nothing to train: leave the run's export as it is.

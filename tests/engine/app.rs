@@ -150,7 +150,15 @@ fn gui_presets_and_knobs_move_the_estimate_and_presets_round_trip_through_toml()
     harness.state_mut().apply(Command::SelectPreset("8gb".into()));
     harness.step();
     let config = &harness.state().settings().config;
-    assert_eq!((config.train.batch_size, config.data.preprocess.crop_size), (32, 224));
+    let eight = vramfit::config::presets::load_config("8gb").unwrap();
+    assert_eq!((config.train.batch_size, config.data.preprocess.crop_size), (eight.train.batch_size, 224));
+    // The tier says why it trains as it does, where the device can (8gb trains in f16).
+    let reason = harness.state().shown_tier_reason().map(str::to_string);
+    assert_eq!(reason.is_some(), harness.state().f16_available(), "{reason:?}");
+    if let Some(reason) = reason {
+        assert!(reason.contains("whose plan is 60-90% of 8.0 GiB"), "{reason}");
+        harness.get_by_label(&format!("This tier trains with {reason}."));
+    }
     let tier = harness.state().estimate_text();
     assert_ne!(tier, quick);
     harness.get_by_label(&tier);
@@ -158,8 +166,9 @@ fn gui_presets_and_knobs_move_the_estimate_and_presets_round_trip_through_toml()
     harness.state_mut().apply(Command::SavePresetFile(preset_file.clone()));
     harness.state_mut().apply(Command::SelectPreset("quickstart".into()));
     harness.state_mut().apply(Command::LoadPresetFile(preset_file));
-    assert_eq!(harness.state().settings().config.train.batch_size, 32);
+    assert_eq!(harness.state().settings().config.train.batch_size, eight.train.batch_size);
     assert_eq!(harness.state().settings().preset, "mine");
+    assert_eq!(harness.state().shown_tier_reason(), None, "a preset file of one's own is no tier");
     let mut bigger = harness.state().settings().config.clone();
     bigger.train.batch_size = 64;
     harness.state_mut().apply(Command::SetConfig(Box::new(bigger)));
@@ -189,6 +198,26 @@ fn gui_setup_panel_matches_its_snapshots() {
     harness.state_mut().apply(Command::SelectPreset("8gb".into()));
     harness.step();
     harness.snapshot("setup-8gb");
+}
+
+/// The whole window before Train, compared with its snapshot: the plots panel says what will
+/// appear and the plan's figures, not empty axes.
+#[test]
+fn gui_window_before_train_explains_the_plots_and_matches_its_snapshot() {
+    if gpu_or_skip().is_none() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let mut harness = window(app_in(dir.path(), app_worker(None)), true);
+    harness.get_by_label("No run yet");
+    let plan = harness.state().plan().clone();
+    let planned = format!(
+        "Planned peak of device memory: {} of the {} budget",
+        vramfit::memory::human_bytes(plan.estimate.total),
+        vramfit::memory::human_bytes(plan.budget_bytes)
+    );
+    assert!(harness.query_by_label_contains(&planned).is_some(), "{planned}");
+    harness.snapshot("window-before-train");
 }
 
 /// Train on the bundled data on the GPU: the loss and memory plots get points; Stop stops with
@@ -319,4 +348,32 @@ fn c43_saved_settings_that_are_damaged_old_or_out_of_range_start_the_app_with_a_
         assert_eq!(app.settings().preset, "quickstart");
     }
     assert!(restore(None).1.is_empty(), "a first start has nothing to say");
+}
+
+/// While the first step is being prepared (held there by `VRAMFIT_FAULT=hang@started`, as a
+/// first step compiling its kernels for minutes is), the plots panel counts its seconds; Stop
+/// ends the worker within seconds, the run stopped at step 0, and Resume trains it.
+#[test]
+fn gui_shows_the_first_step_being_prepared_and_stop_ends_it_in_seconds() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut app = app_in(dir.path(), app_worker(Some("hang@started")));
+    app.apply(Command::SelectAdapter(None));
+    let mut harness = window(app, false);
+    harness.get_by_label("Train").click();
+    step_until(&mut harness, "the run's start", |a| a.history().plan.is_some());
+    assert!(harness.query_by_label_contains("Preparing the first step").is_some());
+    assert_eq!(harness.state().history().last_step, 0);
+    harness.get_by_label("Stop").click();
+    let stopping = std::time::Instant::now();
+    step_until(&mut harness, "the stop", |a| !a.training());
+    assert!(stopping.elapsed().as_secs() < 30, "{} s", stopping.elapsed().as_secs());
+    assert!(harness.state().error().is_none(), "{:?}", harness.state().error());
+    assert_eq!(harness.state().status(), "stopped at step 0; press Resume to continue");
+    harness.state_mut().options_mut().worker = app_worker(None);
+    harness.state_mut().options_mut().max_steps = Some(2);
+    harness.get_by_label("Resume").click();
+    step_until(&mut harness, "the resumed run", |a| !a.training() && a.history().last_step > 0);
+    let app = harness.state();
+    assert!(app.error().is_none(), "{:?}", app.error());
+    assert_eq!(app.history().last_step, 2, "{}: {:?}", app.status(), app.history().log);
 }

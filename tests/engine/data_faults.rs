@@ -324,8 +324,10 @@ fn c30_inputs_over_the_adapters_buffer_limit_never_reach_the_device() {
         std::fs::copy(&photo, big.join(class).join("photo.png")).unwrap();
     }
     let export = run.join("export");
-    let eval: [&std::ffi::OsStr; 6] = [
+    let eval: [&std::ffi::OsStr; 8] = [
         "eval".as_ref(),
+        "--device".as_ref(),
+        "gpu".as_ref(),
         "--train-split".as_ref(),
         "--model".as_ref(),
         export.as_os_str(),
@@ -337,7 +339,7 @@ fn c30_inputs_over_the_adapters_buffer_limit_never_reach_the_device() {
     assert!(text.contains("per buffer") && text.contains("--device cpu"), "{text}");
     assert!(!text.contains("panicked"), "{text}");
     let mut args: Vec<&std::ffi::OsStr> =
-        ["train", "--preprocess", "none", "--data"].iter().map(|s| s.as_ref()).collect();
+        ["train", "--device", "gpu", "--preprocess", "none", "--data"].iter().map(|s| s.as_ref()).collect();
     let run2 = dir.path().join("run2");
     args.extend([
         big.as_os_str(),

@@ -678,3 +678,64 @@ fn a_sigint_to_the_train_command_alone_stops_its_worker_with_a_checkpoint() {
     assert!(text.contains("stopped; continue with: vramfit train --resume --out"), "{text}");
     assert!(!checkpoint_names(&run).is_empty(), "a checkpoint was saved: {text}");
 }
+
+/// Stop while the first step is still being prepared (on a GPU it compiles every kernel, for
+/// minutes on a software adapter, and cannot be interrupted; `VRAMFIT_FAULT=hang@started` holds
+/// the training loop there): the worker is ended a few seconds after the stop instead of the
+/// two minutes a stuck step gets, the command says nothing was lost and how to start again, and
+/// the run folder resumes.
+#[test]
+fn a_stop_before_the_first_step_ends_the_worker_in_seconds_and_the_run_resumes() {
+    use std::io::BufRead;
+    let dir = tempfile::tempdir().unwrap();
+    let run = dir.path().join("run");
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_vramfit"))
+        .args(["train", "--device", "cpu", "--epochs", "1", "--batch-size", "2", "--data"])
+        .arg(cases().join("C19/dataset"))
+        .arg("--out")
+        .arg(&run)
+        .env("VRAMFIT_FAULT", "hang@started")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (tx, lines) = std::sync::mpsc::channel();
+    let stderr = child.stderr.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stderr).lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    let mut text = String::new();
+    while !text.contains("VRAMFIT_FAULT: hang at started") {
+        match lines.recv_timeout(std::time::Duration::from_secs(120)) {
+            Ok(line) => text.push_str(&(line + "\n")),
+            Err(e) => panic!("the run never reached its first step ({e}): {text}"),
+        }
+    }
+    let kill = std::process::Command::new("kill").args(["-INT", &child.id().to_string()]).status().unwrap();
+    assert!(kill.success());
+    let stopping = std::time::Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if stopping.elapsed().as_secs() > 30 {
+            let _ = child.kill();
+            panic!("still running 30 s after the stop: {text}");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    reader.join().unwrap();
+    text.extend(lines.try_iter().map(|l| l + "\n"));
+    assert!(status.success(), "{text}");
+    assert!(text.contains("stopped before the first step ended (nothing to save)"), "{text}");
+    assert!(text.contains(&format!("vramfit train --resume --out {} --device cpu", run.display())), "{text}");
+    let checkpoints = run.join("checkpoints");
+    assert!(!checkpoints.exists() || checkpoint_names(&run).is_empty(), "no step, no checkpoint: {text}");
+    // The folder resumes: from step 0, saying so.
+    let args = ["train", "--resume", "--device", "cpu", "--max-steps", "1", "--out"].map(std::ffi::OsStr::new);
+    let (code, resumed) = vramfit_cli_env(&[&args[..], &[run.as_os_str()]].concat(), None);
+    assert_eq!(code, Some(0), "{resumed}");
+    assert!(resumed.contains("has no checkpoint yet: the run starts again from step 0"), "{resumed}");
+}
