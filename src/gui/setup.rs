@@ -120,9 +120,11 @@ fn budget_ui(ui: &mut egui::Ui, config: &Config, training: bool, commands: &mut 
 
 /// The adapter picker (with each card's memory) and, for the CPU, the backend.
 fn device_ui(ui: &mut egui::Ui, settings: &Settings, device: &DeviceView<'_>, commands: &mut Vec<Command>) {
-    let label = |a: &AdapterInfo| match a.device_local_bytes {
-        Some(bytes) => format!("{} ({} {}, {})", a.name, a.backend, a.device_type, human_bytes(bytes)),
-        None => format!("{} ({} {})", a.name, a.backend, a.device_type),
+    let label = |a: &AdapterInfo| {
+        let memory = a.device_local_bytes.map(|b| format!(", {}", human_bytes(b))).unwrap_or_default();
+        // A software adapter trains about 16x slower than the CPU backend on the same cores.
+        let software = if a.is_software() { "; software, slower than the CPU" } else { "" };
+        format!("{} ({} {}{memory}{software})", a.name, a.backend, a.device_type)
     };
     let device_label = ui.label("Device");
     let mut adapter = settings.adapter;
@@ -134,7 +136,7 @@ fn device_ui(ui: &mut egui::Ui, settings: &Settings, device: &DeviceView<'_>, co
             for a in device.adapters {
                 ui.selectable_value(&mut adapter, Some(a.index), label(a));
             }
-            ui.selectable_value(&mut adapter, None, "CPU");
+            ui.selectable_value(&mut adapter, None, "CPU (burn flex or ndarray)");
         })
         .response
         .labelled_by(device_label.id);
