@@ -188,7 +188,12 @@ fn data_folder(spec: &TrainingSpec) -> anyhow::Result<Option<PathBuf>> {
 /// `--overfit-check`: up to 200 steps on 64 images; PASS when they are memorized (>= 98%).
 fn overfit_check(config: Config, device: SelectedDevice, train_ds: dataset::Dataset) -> anyhow::Result<ExitCode> {
     let images = train_ds.samples.len().min(64);
-    let job = Job::OverfitCheck { config: Box::new(config), train: train_ds, device: device.clone(), steps: 200 };
+    let job = Job::OverfitCheck {
+        config: Box::new(config),
+        train: train_ds,
+        device: device.clone(),
+        steps: crate::train::OVERFIT_CHECK_STEPS,
+    };
     let JobOutput::OverfitChecked(result) = run_engine(job)? else { bail!("the engine returned another job's output") };
     println!(
         "overfit check on {}: {} after {} steps, accuracy on the {} {:.1}% (needs 98%)",

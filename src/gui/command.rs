@@ -55,6 +55,10 @@ pub enum Command {
     Resume,
     /// Stop the run after its current step (it saves a checkpoint).
     Stop,
+    /// Run the overfit check ([`crate::train::overfit_check`]) on the dataset's training images
+    /// with the knobs' config and the selected device: its steps go to the plots, its verdict to
+    /// the status line.
+    OverfitCheck,
     /// Evaluate the last run's newest checkpoint on the validation data.
     Evaluate,
     /// Export the last run's newest checkpoint (or the model the last in-memory run trained)
@@ -119,6 +123,7 @@ impl VramfitApp {
             Command::Train => self.start_training(false),
             Command::Resume => self.start_training(true),
             Command::Stop => self.stop_training(),
+            Command::OverfitCheck => self.start_overfit_check(),
             Command::Evaluate => self.evaluate_now(),
             Command::Export(dir) => self.export_to(Some(dir)),
             Command::Download => self.export_to(None),
@@ -247,6 +252,31 @@ impl VramfitApp {
                 self.error = Some(e.to_string());
                 None
             }
+        }
+    }
+
+    /// Starts the overfit check on the session (in this process: it trains 64 images, writes
+    /// nothing, and its steps are plotted as a run's).
+    fn start_overfit_check(&mut self) {
+        if self.in_flight.training || self.in_flight.evaluating {
+            return;
+        }
+        let inputs = self.data.clone().map_err(|e| format!("{e} (pick another dataset folder)")).and_then(|splits| {
+            device::select(self.device_choice()).map(|device| (splits.train, device)).map_err(|e| e.to_string())
+        });
+        let (train, device) = match inputs {
+            Ok(i) => i,
+            Err(e) => {
+                self.error = Some(e);
+                return;
+            }
+        };
+        let config = Box::new(self.settings.config.clone());
+        self.history = RunHistory::default();
+        if self.submit(Job::OverfitCheck { config, train, device, steps: crate::train::OVERFIT_CHECK_STEPS }) {
+            self.in_flight.training = true;
+            self.error = None;
+            self.status = "overfit check: memorizing 64 training images".into();
         }
     }
 
@@ -487,6 +517,7 @@ impl VramfitApp {
                 self.in_memory_model = Some(std::sync::Arc::new(predictor));
             }
             Ok(JobOutput::TrainedInWorker(end)) => self.run_ended(&end),
+            Ok(JobOutput::OverfitChecked(r)) => self.overfit_checked(&r),
             other => self.job_failed("failed", other),
         }
         let t = self.frame_times.while_training();
@@ -498,6 +529,25 @@ impl VramfitApp {
             t.max_ms,
             t.over_budget
         );
+    }
+
+    /// The overfit check's verdict in the status line; a failure also in the error line, with
+    /// what to look at.
+    fn overfit_checked(&mut self, r: &crate::train::OverfitResult) {
+        let of =
+            format!("{:.1}% of 64 images after {}", r.accuracy * 100.0, crate::engine::words::count(r.steps, "step"));
+        self.status = match (r.stopped, r.passed) {
+            (true, _) => format!("overfit check stopped: {of}"),
+            (false, true) => format!("overfit check PASSED: {of}"),
+            (false, false) => {
+                self.error = Some(format!(
+                    "overfit check FAILED: {of}, under 98%. A working network memorizes 64 images: check the \
+                     labels (each class folder holds its own images), the learning rate (optimizer.lr) and the \
+                     normalization (data.mean, data.std)"
+                ));
+                "overfit check FAILED".into()
+            }
+        };
     }
 
     /// A run returned normally: its end goes to the status line and the evaluation view, its

@@ -259,6 +259,16 @@ fn run_buttons_ui(ui: &mut egui::Ui, training: bool, has_run: bool, has_model: b
             commands.push(Command::Export(dir));
         }
     });
+    // The recipe's first sanity test; a page runs only in-memory training jobs.
+    if !cfg!(target_arch = "wasm32") {
+        let check = ui.add_enabled(!training, egui::Button::new("Overfit check")).on_hover_text(
+            "Train on 64 images of this dataset, without augmentation, for up to 200 steps: a \
+             network, data and optimizer that work memorize them (98% or more). Writes no run folder.",
+        );
+        if check.clicked() {
+            commands.push(Command::OverfitCheck);
+        }
+    }
 }
 
 /// What the scan left out and what training skipped, one line per file with the reason.

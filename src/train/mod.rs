@@ -50,7 +50,8 @@ mod store;
 
 pub use in_memory::{InMemoryRequest, TrainedModel, train_in_memory};
 pub use probes::{
-    OverfitResult, StepMemory, TrainingRate, measure_step_memory, measure_training, overfit_check, synthetic_batch,
+    OVERFIT_CHECK_STEPS, OverfitResult, StepMemory, TrainingRate, measure_step_memory, measure_training, overfit_check,
+    synthetic_batch,
 };
 pub use step::smoothed_cross_entropy;
 pub use store::{EPOCHS_HEADER, METRICS_HEADER};

@@ -17,19 +17,25 @@ use crate::data::loader;
 use crate::data::pipeline::SamplePipeline;
 use crate::device::SelectedDevice;
 use crate::engine::error::{Error, Result};
-use crate::engine::events::{Event, EventSink};
+use crate::engine::events::{Event, EventSink, StopSignal};
 use crate::inference::eval;
 use crate::memory::probe::MemoryTracker;
+
+/// Optimizer steps the overfit check may take (`vramfit train --overfit-check`, the app's button).
+pub const OVERFIT_CHECK_STEPS: usize = 200;
 
 /// Result of [`overfit_check`].
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct OverfitResult {
     /// Optimizer steps taken.
     pub steps: usize,
-    /// Accuracy on the 64 images afterwards (evaluation mode), 0..1.
+    /// Accuracy on the 64 images afterwards (evaluation mode), 0..1; after a stop, the last
+    /// step's training accuracy on its batch.
     pub accuracy: f32,
     /// Whether accuracy reached 98%.
     pub passed: bool,
+    /// Whether `stop` ended the check before it could decide (then it has not passed).
+    pub stopped: bool,
 }
 
 /// Trains on 64 images (no augmentation, constant learning rate after a short warmup) for up to
@@ -45,6 +51,7 @@ pub fn overfit_check(
     data: &Dataset,
     steps: usize,
     sink: EventSink,
+    stop: &StopSignal,
 ) -> Result<OverfitResult> {
     let subset = data.balanced_subset(64);
     let mut cfg = config.clone();
@@ -81,7 +88,12 @@ pub fn overfit_check(
     let mut done = 0;
     // Consecutive steps whose batch was classified without error (before its update).
     let mut perfect_steps = 0;
+    let mut last_accuracy = 0.0;
     while done < steps {
+        if stop.is_set() {
+            let accuracy = last_accuracy;
+            return Ok(OverfitResult { steps: done, accuracy, passed: false, stopped: true });
+        }
         let batch = &batches[done % n_batches];
         let stats = trainer.step(std::slice::from_ref(batch), false, sink)?;
         done += 1;
@@ -94,6 +106,7 @@ pub fn overfit_check(
             images_per_sec: 0.0,
             data_wait_secs: 0.0,
         });
+        last_accuracy = stats.accuracy;
         perfect_steps = if stats.accuracy >= 1.0 { perfect_steps + 1 } else { 0 };
         if perfect_steps >= n_batches && done < steps {
             perfect_steps = 0;
@@ -105,12 +118,12 @@ pub fn overfit_check(
                 &settings,
             ))?;
             if val.top1 >= 0.98 {
-                return Ok(OverfitResult { steps: done, accuracy: val.top1, passed: true });
+                return Ok(OverfitResult { steps: done, accuracy: val.top1, passed: true, stopped: false });
             }
         }
     }
     let val = pollster::block_on(eval::evaluate(&trainer.model().valid(), ds, pipe, &trainer.device, &settings))?;
-    Ok(OverfitResult { steps: done, accuracy: val.top1, passed: val.top1 >= 0.98 })
+    Ok(OverfitResult { steps: done, accuracy: val.top1, passed: val.top1 >= 0.98, stopped: false })
 }
 
 /// What [`measure_training`] measured.

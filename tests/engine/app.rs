@@ -377,3 +377,24 @@ fn gui_shows_the_first_step_being_prepared_and_stop_ends_it_in_seconds() {
     assert!(app.error().is_none(), "{:?}", app.error());
     assert_eq!(app.history().last_step, 2, "{}: {:?}", app.status(), app.history().log);
 }
+
+/// The overfit check from the app: the button trains 64 of the dataset's images, its loss
+/// curve goes to the plots, and the verdict to the status line (the CPU: a pass in seconds).
+#[test]
+fn gui_overfit_check_plots_its_loss_and_passes_on_the_bundled_data() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut app = app_in(dir.path(), app_worker(None));
+    app.apply(Command::SelectAdapter(None));
+    let mut harness = window(app, false);
+    harness.get_by_label("Overfit check").click();
+    step_until(&mut harness, "the overfit check", |a| !a.training() && a.status().starts_with("overfit check "));
+    let app = harness.state();
+    assert!(app.status().starts_with("overfit check PASSED: "), "{} {:?}", app.status(), app.error());
+    let loss = &app.history().loss;
+    assert!(loss.len() >= 2 && loss.len() <= 200, "{} steps", loss.len());
+    let (first, last) = (loss[0][1], loss[loss.len() - 1][1]);
+    assert!(last < first / 4.0, "the loss fell from {first} to {last}");
+    assert!(app.status().contains(&format!("after {} steps", loss.len())), "{}", app.status());
+    assert!(app.last_run().is_none(), "no run folder");
+    assert!(!dir.path().join("runs").exists());
+}

@@ -7,7 +7,7 @@ fn overfit_check_passes_on_the_wgpu_adapter() {
     let Some(device) = gpu_or_skip() else { return };
     let splits = bundled();
     let mut sink = |_e: Event| {};
-    let r = train::overfit_check(&quickstart(), &device, &splits.train, 200, &mut sink).unwrap();
+    let r = train::overfit_check(&quickstart(), &device, &splits.train, 200, &mut sink, &StopSignal::new()).unwrap();
     assert!(r.passed, "accuracy on 64 images {:.3} after {} steps", r.accuracy, r.steps);
 }
 

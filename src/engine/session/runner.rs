@@ -70,9 +70,9 @@ impl Engine {
                 let end = crate::engine::worker::supervise(&job, &mut sink, &self.stop, &self.budget)?;
                 Ok(JobOutput::TrainedInWorker(Box::new(end)))
             }
-            Job::OverfitCheck { config, train, device, steps } => {
-                Ok(JobOutput::OverfitChecked(crate::train::overfit_check(&config, &device, &train, steps, &mut sink)?))
-            }
+            Job::OverfitCheck { config, train, device, steps } => Ok(JobOutput::OverfitChecked(
+                crate::train::overfit_check(&config, &device, &train, steps, &mut sink, &self.stop)?,
+            )),
             Job::Evaluate { run, data, device } => {
                 Ok(JobOutput::Evaluated(Box::new(crate::inference::eval::evaluate_run(&run, data, &device)?)))
             }
