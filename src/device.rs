@@ -192,7 +192,7 @@ impl DefaultDevice {
         match self {
             DefaultDevice::Adapter(_) => None,
             DefaultDevice::CpuOverSoftware(i) => Some(format!(
-                "running on the CPU (burn {}): the only GPU adapter here, {}, is a software one, about 16x slower on the same cores; {use_anyway}",
+                "running on the CPU (burn {}): the only GPU adapter here, {}, is a software one, 16x or more slower on the same cores; {use_anyway}",
                 CpuBackend::DEFAULT.name(),
                 adapters.iter().find(|a| a.index == i).map_or("?", |a| a.name.as_str())
             )),
@@ -262,6 +262,22 @@ pub enum DeviceChoice {
     Gpu(Option<usize>),
     /// A CPU backend.
     Cpu(CpuBackend),
+}
+
+impl DeviceChoice {
+    /// The flags of a `vramfit` command line that choose this device again, each after a
+    /// space: none for [`DeviceChoice::Auto`] (it picks the same device on the same machine),
+    /// ` --device gpu`, ` --adapter N`, ` --device cpu` and ` --cpu-backend ndarray` where it is
+    /// not the default. For the resume commands vramfit prints.
+    pub fn flags(self) -> String {
+        match self {
+            DeviceChoice::Auto => String::new(),
+            DeviceChoice::Gpu(None) => " --device gpu".into(),
+            DeviceChoice::Gpu(Some(i)) => format!(" --adapter {i}"),
+            DeviceChoice::Cpu(b) if b == CpuBackend::DEFAULT => " --device cpu".into(),
+            DeviceChoice::Cpu(b) => format!(" --device cpu --cpu-backend {}", b.name()),
+        }
+    }
 }
 
 /// A device ready for tensors, with what is known about it.

@@ -223,9 +223,9 @@ pub struct PlanArgs {
     /// Number of classes of the head.
     #[arg(long, default_value_t = 10)]
     classes: usize,
-    /// Search the cheapest settings (precision, checkpointing, micro-batch x accumulation for the
-    /// config's effective batch) that fit 80% of the budget, as the tier presets are made, and
-    /// print each candidate and the choice.
+    /// Search the fastest settings (precision, checkpointing, micro-batch x accumulation for the
+    /// config's effective batch) whose plan is 60-90% of the budget, as the tier presets are
+    /// made, and print each candidate and the choice.
     #[arg(long)]
     suggest: bool,
 }
@@ -340,6 +340,7 @@ fn suggest_report(config: &mut Config, classes: usize) -> String {
                 t.grad_accum_steps
             ));
             t.apply(config);
+            config.name = format!("{} with the suggested settings", config.name);
         }
         None => s.push_str("nothing fits, not even micro-batch 1 with f16 and checkpointing: lower crop_size\n\n"),
     }
@@ -349,7 +350,10 @@ fn suggest_report(config: &mut Config, classes: usize) -> String {
 /// For a config whose train settings are the tier search's choice for its budget (a shipped
 /// tier preset, or one `--suggest` made), the line saying why: `tier 8gb: the fastest ...`.
 fn tier_line(config: &Config, classes: usize) -> Option<String> {
-    use crate::config::tiers::{TierSettings, tier_reason, tier_search};
+    use crate::config::tiers::{TIERS, TierSettings, tier_reason, tier_search};
+    if !TIERS.contains(&config.name.as_str()) {
+        return None;
+    }
     let chosen = tier_search(config, classes, true).0?;
     (chosen.settings == TierSettings::of(config))
         .then(|| format!("tier {}: {}\n", config.name, tier_reason(&chosen, config.memory.memory_budget_bytes)))

@@ -219,8 +219,6 @@ impl DeviceArgs {
     }
 }
 
-pub use crate::train::run_dir::default_run_dir;
-
 /// The desktop app as the command line sees it. The binary passes [`crate::gui`]'s functions
 /// (`src/main.rs`), so the CLI and the app both import the engine and never each other.
 #[derive(Clone, Copy)]

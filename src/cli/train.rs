@@ -69,6 +69,7 @@ fn run_engine(job: Job) -> anyhow::Result<JobOutput> {
     session.submit(job)?;
     super::worker::obey_parent(session.stop_signal(), Some(session.budget()));
     let result = session.wait(&mut |event| {
+        super::worker::note_progress(&event);
         super::worker::inject_fault(&event);
         super::worker::emit(&event);
     });
@@ -93,7 +94,8 @@ pub fn train(args: TrainArgs) -> anyhow::Result<ExitCode> {
     if args.resume && args.out.is_none() {
         bail!("--resume continues a run: name its folder with --out (e.g. --resume --out runs/2026-11-30_15-42-07)");
     }
-    let out = args.out.clone().unwrap_or_else(super::default_run_dir);
+    // Two runs started within a second get `-2`, `-3`, ... rather than one refusing the other.
+    let out = args.out.clone().unwrap_or_else(|| crate::train::run_dir::new_run_dir(Path::new("runs")));
     let config = if args.resume { resumed_config(&args, &out)? } else { new_run_config(&args, &out)? };
     let spec = TrainingSpec {
         data_dir: args.data.clone(),

@@ -31,9 +31,21 @@ pub fn read_job() -> anyhow::Result<TrainingSpec> {
     Ok(TrainingSpec::from_job_line(&line)?)
 }
 
+/// Child side: whether this worker has finished a step ([`note_progress`]).
+static STEPPED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Child side: notes a finished step among the events the worker relays.
+pub fn note_progress(event: &Event) {
+    if matches!(event, Event::Step { .. }) {
+        STEPPED.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
 /// Child side: obeys the parent's lines on stdin: `stop` stops the run (after its step, with a
 /// checkpoint), `budget BYTES` moves the live memory budget. The end of stdin, which is what
-/// happens when the parent dies, stops the run too: a worker never trains on alone.
+/// happens when the parent dies (a second Ctrl-C, SIGTERM, a kill), stops the run too: a worker
+/// never trains on alone. One that has not finished a step yet (its first step may compile
+/// kernels for minutes, holding the run folder's lock) exits at once: it has nothing to save.
 pub fn obey_parent(stop: StopSignal, budget: Option<LiveBudget>) {
     let _ = std::thread::Builder::new().name("vramfit-parent".into()).spawn(move || {
         for line in std::io::stdin().lock().lines() {
@@ -47,6 +59,13 @@ pub fn obey_parent(stop: StopSignal, budget: Option<LiveBudget>) {
             if let (Some(bytes), Some(b)) = (line.strip_prefix("budget ").and_then(|v| v.parse().ok()), &budget) {
                 b.set(bytes);
             }
+        }
+        if !STEPPED.load(std::sync::atomic::Ordering::SeqCst) {
+            // Not `eprintln!`: with the parent gone, stderr is a pipe nobody reads, and a failed
+            // print panics this thread before the exit.
+            use std::io::Write;
+            let _ = writeln!(std::io::stderr(), "the parent process is gone before the first step ended: exiting");
+            std::process::exit(130);
         }
         stop.stop();
     });
@@ -102,11 +121,18 @@ pub fn train_in_child(spec: TrainingSpec) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::FAILURE)
         }
         End::StoppedBeforeFirstStep => {
-            eprintln!(
-                "stopped before the first step ended (nothing to save): `vramfit train --resume --out {} {}` starts it again",
-                job.spec.out_dir.display(),
-                super::device_flags(job.spec.device).join(" ")
-            );
+            let out = &job.spec.out_dir;
+            let resume = format!("vramfit train --resume --out {}{}", out.display(), job.spec.device.flags());
+            match crate::train::checkpoint::latest(out) {
+                Ok((_, state)) => eprintln!(
+                    "stopped before step {} ended: the run stands at step {} (its checkpoint kept); continue with: {resume}",
+                    state.global_step + 1,
+                    state.global_step
+                ),
+                Err(_) => {
+                    eprintln!("stopped before the first step ended (nothing to save); start it again with: {resume}")
+                }
+            }
             Ok(ExitCode::SUCCESS)
         }
     }

@@ -12,6 +12,9 @@
 
 use crate::config::{Config, Precision};
 
+/// The tier presets, smallest card first.
+pub const TIERS: [&str; 4] = ["4gb", "6gb", "8gb", "12gb"];
+
 /// The share of a tier's budget its planned peak may use: at least the floor (a bigger card
 /// buys a faster configuration), at most the ceiling (the rest stays free for the display, the
 /// driver and other programs on the card).
@@ -102,22 +105,19 @@ pub fn tier_search(config: &Config, num_classes: usize, f16: bool) -> (Option<Ti
 }
 
 /// Why a tier has the settings `chosen`, in one line: e.g. "the fastest settings for the
-/// recipe's effective batch 256 whose plan is 60-90% of 8.0 GiB: f16, checkpointing off, batch
-/// 256 x 1, 6.1 GiB (76%)".
+/// recipe's effective batch 256 that plan 60-90% of 8.0 GiB (faster ones that plan less are
+/// passed over: a tier uses its card): f16, checkpointing off, batch 256 x 1, 5.9 GiB (73%)".
 pub fn tier_reason(chosen: &TierCandidate, budget_bytes: u64) -> String {
     let s = &chosen.settings;
+    let budget = crate::memory::human_bytes(budget_bytes);
     let band = format!("{:.0}-{:.0}%", 100.0 * TIER_BAND.0, 100.0 * TIER_BAND.1);
     let what = if chosen.in_band() {
-        format!("whose plan is {band} of {}", crate::memory::human_bytes(budget_bytes))
+        format!("plan {band} of {budget} (faster ones that plan less are passed over: a tier uses its card)")
     } else {
-        format!(
-            "that fit {:.0}% of {} (none lands in {band})",
-            100.0 * TIER_BAND.1,
-            crate::memory::human_bytes(budget_bytes)
-        )
+        format!("fit {:.0}% of {budget} (none plans {band})", 100.0 * TIER_BAND.1)
     };
     format!(
-        "the fastest settings for the recipe's effective batch {} {what}: {s}, {} ({:.0}%)",
+        "the fastest settings for the recipe's effective batch {} that {what}: {s}, {} ({:.0}%)",
         s.batch_size * s.grad_accum_steps,
         crate::memory::human_bytes(chosen.predicted_bytes),
         100.0 * chosen.share
@@ -164,8 +164,6 @@ mod tests {
     use super::*;
     use crate::config::Precision::{F16, F32};
     use crate::config::presets::load_config;
-
-    const TIERS: [&str; 4] = ["4gb", "6gb", "8gb", "12gb"];
 
     /// Each shipped tier holds the search's choice for its budget (10 classes, an adapter with
     /// f16), its plan is within the band, no two tiers are the same configuration, and all four
@@ -263,7 +261,7 @@ mod tests {
         let reason = tier_reason(&chosen.unwrap(), config.memory.memory_budget_bytes);
         assert!(
             reason.starts_with(
-                "the fastest settings for the recipe's effective batch 256 whose plan is 60-90% of 8.0 GiB: "
+                "the fastest settings for the recipe's effective batch 256 that plan 60-90% of 8.0 GiB (faster ones "
             ),
             "{reason}"
         );

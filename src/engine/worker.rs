@@ -98,14 +98,14 @@ pub struct WorkerProcess {
     last_step: Arc<Mutex<Option<usize>>>,
     readers: Vec<std::thread::JoinHandle<()>>,
     out_dir: PathBuf,
-    gpu: bool,
+    device: DeviceChoice,
 }
 
 impl WorkerProcess {
     /// Starts `exe` (the vramfit binary) with `args` (a `train ... --worker` command line) and
     /// `env` added to the environment. Everything the child says is sent to `output` as it
-    /// arrives; `notify` is called after each line (the app repaints). `out_dir` and `gpu` only
-    /// shape the crash report.
+    /// arrives; `notify` is called after each line (the app repaints). `out_dir` and `device` (the
+    /// run's device choice, for the resume command) only shape the crash report.
     ///
     /// # Errors
     /// When the process cannot be started.
@@ -114,7 +114,7 @@ impl WorkerProcess {
         args: &[OsString],
         env: &[(OsString, OsString)],
         out_dir: &Path,
-        gpu: bool,
+        device: DeviceChoice,
         output: Sender<Output>,
         notify: impl Fn() + Send + Sync + 'static,
     ) -> std::io::Result<Self> {
@@ -174,7 +174,7 @@ impl WorkerProcess {
             })?);
         }
         let stdin = child.stdin.take();
-        Ok(Self { child, stdin, tail, last_step, readers, out_dir: out_dir.to_path_buf(), gpu })
+        Ok(Self { child, stdin, tail, last_step, readers, out_dir: out_dir.to_path_buf(), device })
     }
 
     /// Asks the child to stop after its current step (it saves a checkpoint).
@@ -235,7 +235,7 @@ impl WorkerProcess {
             },
             _ => {
                 let last_step = *self.last_step.lock().unwrap_or_else(PoisonError::into_inner);
-                End::Crashed(crash_report(&status, last_step, &tail, &self.out_dir, self.gpu))
+                End::Crashed(crash_report(&status, last_step, &tail, &self.out_dir, self.device))
             }
         }
     }
@@ -371,10 +371,10 @@ pub fn supervise_with(
     let job_line = spec.job_line()?;
     let io = |e: std::io::Error| Error::io(&spec.out_dir, format!("cannot start the training process: {e}"));
     let (tx, output) = std::sync::mpsc::channel();
-    let gpu = !matches!(spec.device, DeviceChoice::Cpu(_));
     let args: [OsString; 2] = ["train".into(), "--worker".into()];
     let mut process =
-        WorkerProcess::spawn(&job.launch.exe, &args, &job.launch.env, &spec.out_dir, gpu, tx, || {}).map_err(io)?;
+        WorkerProcess::spawn(&job.launch.exe, &args, &job.launch.env, &spec.out_dir, spec.device, tx, || {})
+            .map_err(io)?;
     process.send(&job_line);
     let (mut budget_sent, mut stop_sent) = (spec.config.memory.memory_budget_bytes, None);
     let mut ended_before_first_step = false;
@@ -455,7 +455,13 @@ pub fn supervise(
 /// The report for a child that died: the cause, where, its last messages, what the run folder
 /// holds and the command that resumes it (at half the micro-batch when the death looks like
 /// running out of memory).
-pub fn crash_report(status: &ExitStatus, last_step: Option<usize>, tail: &[String], out: &Path, gpu: bool) -> String {
+pub fn crash_report(
+    status: &ExitStatus,
+    last_step: Option<usize>,
+    tail: &[String],
+    out: &Path,
+    device: DeviceChoice,
+) -> String {
     let signal = signal_of(status);
     let cause = match (signal, status.code()) {
         (Some(6), _) => "SIGABRT: aborted, e.g. by the GPU runtime".to_string(),
@@ -477,10 +483,7 @@ pub fn crash_report(status: &ExitStatus, last_step: Option<usize>, tail: &[Strin
         report += &format!("; its last messages:\n  {}", tail.join("\n  "));
     }
     let held = crate::train::checkpoint::describe_run(out).unwrap_or_else(|| "no checkpoint yet".into());
-    let mut resume = format!("vramfit train --resume --out {}", out.display());
-    if !gpu {
-        resume += " --device cpu";
-    }
+    let mut resume = format!("vramfit train --resume --out {}{}", out.display(), device.flags());
     if out_of_memory {
         let batch = crate::train::run_dir::load_config(out).map_or(2, |(c, _)| c.train.batch_size);
         resume += &format!(" --batch-size {}", (batch / 2).max(1));

@@ -53,6 +53,9 @@ pub enum Command {
     Train,
     /// Continue the last run from its newest checkpoint.
     Resume,
+    /// Open a run folder: its plots, config and data folder; it becomes the last run (Resume,
+    /// Evaluate, Export and Predict act on it).
+    OpenRun(PathBuf),
     /// Stop the run after its current step (it saves a checkpoint).
     Stop,
     /// Run the overfit check ([`crate::train::overfit_check`]) on the dataset's training images
@@ -122,6 +125,7 @@ impl VramfitApp {
             Command::DismissNotices => self.notices.clear(),
             Command::Train => self.start_training(false),
             Command::Resume => self.start_training(true),
+            Command::OpenRun(run) => self.open_run(run),
             Command::Stop => self.stop_training(),
             Command::OverfitCheck => self.start_overfit_check(),
             Command::Evaluate => self.evaluate_now(),
@@ -438,6 +442,10 @@ impl VramfitApp {
 
     fn handle_drop(&mut self, paths: Vec<PathBuf>) {
         let Some(first) = paths.first() else { return };
+        if paths.len() == 1 && dataset::is_run_folder(first) {
+            self.open_run(first.clone());
+            return;
+        }
         let is_dataset = first.is_dir()
             || crate::data::idx::find_split(first.parent().unwrap_or(first), "train").is_some()
                 && !dataset::has_image_extension(first);

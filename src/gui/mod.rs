@@ -21,6 +21,7 @@ mod estimate;
 mod evaluation;
 mod frame_time;
 mod history;
+mod open_run;
 mod plots;
 mod predict;
 pub mod saved_settings;
@@ -28,6 +29,7 @@ mod setup;
 mod status;
 #[cfg(not(target_arch = "wasm32"))]
 mod ui_bench;
+mod views;
 mod window;
 
 use std::path::PathBuf;
@@ -41,10 +43,8 @@ use crate::engine::session::{Report, Session};
 pub use crate::engine::worker::WorkerLaunch;
 use crate::memory::{self, Plan};
 pub use command::Command;
-use evaluation::evaluation_ui;
 pub use frame_time::{FRAME_BUDGET_MS, FrameSummary, FrameTimes};
 pub use history::RunHistory;
-use plots::{PlotsView, plots_ui};
 pub use predict::{PredictView, Prediction};
 pub use saved_settings::Settings;
 use setup::{DatasetView, DeviceView, SetupView, setup_ui};
@@ -414,8 +414,7 @@ impl VramfitApp {
     /// settings are a tier's (its name starts the preset's) and hold the tier search's choice
     /// for their budget on this device.
     fn find_tier_reason(&self, classes: usize) -> Option<String> {
-        use crate::config::tiers::{TierSettings, tier_reason, tier_search};
-        const TIERS: [&str; 4] = ["4gb", "6gb", "8gb", "12gb"];
+        use crate::config::tiers::{TIERS, TierSettings, tier_reason, tier_search};
         let preset = self.settings.preset.split(' ').next()?;
         if !TIERS.contains(&preset) {
             return None;
@@ -486,27 +485,7 @@ impl VramfitApp {
             let (h, run, error) = (&self.history, self.last_run.as_deref(), self.error.as_deref());
             status_ui(ui, &self.status, h, run, &self.frame_times, error);
         });
-        let can_evaluate = !self.training() && !self.evaluating() && self.last_run.is_some();
-        let evaluating = self.evaluating();
-        egui::CentralPanel::default_margins().show(ui, |ui| {
-            view_tabs_ui(ui, self.view, &mut commands);
-            ui.separator();
-            match self.view {
-                View::Training => {
-                    let view = PlotsView {
-                        history: &self.history,
-                        plan: self.shown_plan(),
-                        budget: self.settings.config.memory.memory_budget_bytes,
-                        training: self.training(),
-                    };
-                    plots_ui(ui, &view, &mut commands)
-                }
-                View::Evaluation => {
-                    evaluation_ui(ui, self.evaluation.as_ref(), can_evaluate, evaluating, &mut commands);
-                }
-                View::Predict => self.predict.ui(ui, self.last_run.as_deref(), &mut commands),
-            }
-        });
+        egui::CentralPanel::default_margins().show(ui, |ui| self.central_ui(ui, &mut commands));
         self.apply_all(commands);
         if self.busy() {
             ui.ctx().request_repaint_after(std::time::Duration::from_millis(250));
@@ -582,16 +561,4 @@ impl VramfitApp {
         setup_ui(ui, &self.setup_view(), &mut commands);
         self.apply_all(commands);
     }
-}
-
-/// The tabs of the central views; a click records [`Command::ShowView`].
-fn view_tabs_ui(ui: &mut egui::Ui, shown: View, commands: &mut Vec<Command>) {
-    ui.horizontal(|ui| {
-        for (view, name) in [(View::Training, "Training"), (View::Evaluation, "Evaluation"), (View::Predict, "Predict")]
-        {
-            if ui.selectable_label(shown == view, name).clicked() {
-                commands.push(Command::ShowView(view));
-            }
-        }
-    });
 }

@@ -35,40 +35,37 @@ pub(super) fn plots_ui(ui: &mut egui::Ui, view: &PlotsView<'_>, commands: &mut V
         return;
     }
     ui.ctx().data_mut(|d| d.remove::<f64>(first_step_wait()));
-    save_buttons_ui(ui, commands);
+    ui.horizontal(|ui| {
+        save_buttons_ui(ui, commands);
+        ui.small("x axis: optimizer step");
+    });
     let height = (ui.available_height() / 2.0 - 44.0).max(120.0);
     let width = (ui.available_width() / 3.0 - 8.0).max(160.0);
-    let plot = |id: &str, unit: &str| {
-        Plot::new(id.to_owned())
-            .legend(Legend::default())
-            .height(height)
-            .width(width)
-            .x_axis_label("step")
-            .y_axis_label(unit.to_owned())
-    };
+    // The unit is in each title: egui_plot draws an axis label over wide tick labels.
+    let plot = |id: &str| Plot::new(id.to_owned()).legend(Legend::default()).height(height).width(width);
     let percent = |pts: &[[f64; 2]]| pts.iter().map(|[x, y]| [*x, 100.0 * y]).collect::<Vec<_>>();
     ui.horizontal(|ui| {
         titled(ui, "Loss (cross-entropy)", |ui| {
-            plot("loss", "loss").include_y(0.0).show(ui, |p| {
+            plot("loss").include_y(0.0).show(ui, |p| {
                 p.line(line("train", &h.loss));
                 p.line(line("train, smoothed", &h.smoothed_loss()));
                 p.line(line("validation", &h.val_loss));
             });
         });
         titled(ui, "Accuracy (%)", |ui| {
-            plot("accuracy", "%").include_y(0.0).include_y(100.0).show(ui, |p| {
+            plot("accuracy").include_y(0.0).include_y(100.0).show(ui, |p| {
                 p.line(line("train", &percent(&h.train_accuracy)));
                 p.line(line("validation", &percent(&h.val_accuracy)));
             });
         });
-        titled(ui, "Device memory (MiB)", |ui| memory_plot(ui, plot("memory", "MiB"), h, view.budget));
+        memory_plot(ui, plot("memory"), h, view.budget);
     });
     ui.horizontal(|ui| {
         titled(ui, "Learning rate", |ui| {
-            plot("learning rate", "lr").include_y(0.0).show(ui, |p| p.line(line("learning rate", &h.lr)));
+            plot("learning rate").include_y(0.0).show(ui, |p| p.line(line("learning rate", &h.lr)));
         });
         titled(ui, "Throughput (images/s)", |ui| {
-            plot("throughput", "images/s").include_y(0.0).show(ui, |p| p.line(line("images/s", &h.images_per_sec)));
+            plot("throughput").include_y(0.0).show(ui, |p| p.line(line("images/s", &h.images_per_sec)));
         });
     });
 }
@@ -82,32 +79,42 @@ fn titled(ui: &mut egui::Ui, title: &str, add: impl FnOnce(&mut egui::Ui)) {
 }
 
 /// Bytes in use, reserved and the peak, from 0 to at least the predicted peak, with the plan's
-/// line and the budget's (named in the axis label instead where it is over 4 times the curves,
-/// which it would flatten), and a mark where the micro-batch was halved.
+/// line and the budget's (named in the title instead where it is over 4 times the curves, which
+/// it would flatten), and a mark where the micro-batch was halved. Without samples (the CPU
+/// backends keep no device pools), a line saying so.
 fn memory_plot(ui: &mut egui::Ui, plot: Plot<'_>, h: &RunHistory, budget: u64) {
     let budget_mib = budget as f64 / 1024.0 / 1024.0;
     let predicted = h.predicted_mib();
     let top = h.reserved_mib.iter().map(|p| p[1]).fold(predicted.unwrap_or(0.0), f64::max);
     let draw_budget = top == 0.0 || budget_mib <= 4.0 * top;
-    let mut plot = plot.include_y(0.0).include_y(top);
-    if draw_budget {
-        plot = plot.include_y(budget_mib);
+    let title = if draw_budget {
+        "Device memory (MiB)".to_string()
     } else {
-        plot = plot.y_axis_label(format!("MiB (budget {} above)", human_bytes(budget)));
-    }
-    plot.show(ui, |p| {
-        p.line(line("bytes_in_use", &h.in_use_mib));
-        p.line(line("bytes_reserved", &h.reserved_mib));
-        p.line(line("peak in use", &h.peak_mib));
-        if let Some(pred) = predicted {
-            p.hline(HLine::new("predicted peak", pred));
+        format!("Device memory (MiB; the {} budget is far above)", human_bytes(budget))
+    };
+    titled(ui, &title, |ui| {
+        if h.reserved_mib.is_empty() {
+            ui.label("No memory samples: the CPU backends keep no device pools.");
+            return;
         }
+        let mut plot = plot.include_y(0.0).include_y(top);
         if draw_budget {
-            p.hline(HLine::new("budget", budget_mib));
+            plot = plot.include_y(budget_mib);
         }
-        for &step in &h.batch_halvings {
-            p.vline(VLine::new("micro-batch halved", step as f64));
-        }
+        plot.show(ui, |p| {
+            p.line(line("bytes_in_use", &h.in_use_mib));
+            p.line(line("bytes_reserved", &h.reserved_mib));
+            p.line(line("peak in use", &h.peak_mib));
+            if let Some(pred) = predicted {
+                p.hline(HLine::new("predicted peak", pred));
+            }
+            if draw_budget {
+                p.hline(HLine::new("budget", budget_mib));
+            }
+            for &step in &h.batch_halvings {
+                p.vline(VLine::new("micro-batch halved", step as f64));
+            }
+        });
     });
 }
 

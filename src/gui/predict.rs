@@ -63,8 +63,16 @@ impl PredictView {
     /// Draws the view.
     pub(super) fn ui(&mut self, ui: &mut egui::Ui, last_run: Option<&Path>, commands: &mut Vec<Command>) {
         ui.horizontal(|ui| {
-            let model = self.model_dir(last_run).map_or("none".into(), |p| p.display().to_string());
-            ui.label(format!("weights: {model}"));
+            // Weights of the last run are named from its folder (`RUN/export`), others in full.
+            let model = self.model_dir(last_run);
+            let full = model.as_ref().map_or("none".into(), |p| p.display().to_string());
+            let short = match (&model, last_run.and_then(|r| Some((r, r.parent()?)))) {
+                (Some(m), Some((run, parent))) if m.starts_with(run) => {
+                    m.strip_prefix(parent).map_or(full.clone(), |p| p.display().to_string())
+                }
+                _ => full.clone(),
+            };
+            ui.label(format!("weights: {short}")).on_hover_text(full);
             if ui.button("Choose weights…").clicked()
                 && let Some(f) = dialogs::pick_file("weights", &["bpk", "safetensors"])
             {

@@ -7,6 +7,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+use ron::value::RawValue;
 use serde::{Deserialize, Serialize};
 
 use crate::config::Config;
@@ -100,9 +101,15 @@ pub fn restore(saved: Option<&str>) -> (Settings, Vec<String>) {
             return (Settings::default(), notices);
         }
     };
+    // The fields' own text: `ron::Value` holds no enum variant (`flex`, `white` read back as
+    // a unit), so each field is read from its text, as the app wrote it.
+    let Ok(raw) = ron::from_str::<RawFields>(text) else {
+        notices.push("the saved settings are not this app's (or are cut short): started with the defaults".into());
+        return (Settings::default(), notices);
+    };
     let mut settings = Settings::default();
     let mut unknown = Vec::new();
-    for (key, field) in value.iter() {
+    for key in value.keys() {
         let name = match key {
             ron::Value::String(s) => s.clone(),
             other => format!("{other:?}"),
@@ -111,7 +118,7 @@ pub fn restore(saved: Option<&str>) -> (Settings, Vec<String>) {
             unknown.push(name);
             continue;
         }
-        if let Err(e) = set_field(&mut settings, &name, field.clone()) {
+        if let Err(e) = set_field(&mut settings, &name, &raw) {
             notices.push(format!("dropped the saved {name} ({e}): {}", reset_note(&name, &settings)));
         }
     }
@@ -127,17 +134,43 @@ pub fn restore(saved: Option<&str>) -> (Settings, Vec<String>) {
     (settings, notices)
 }
 
-/// Deserializes one field of [`Settings`] into `settings`.
-fn set_field(settings: &mut Settings, name: &str, field: ron::Value) -> Result<(), String> {
-    let e = |e: ron::Error| e.to_string();
-    match name {
-        "preset" => settings.preset = field.into_rust().map_err(e)?,
-        "config" => settings.config = field.into_rust::<Config>().map_err(e)?,
-        "data_dir" => settings.data_dir = field.into_rust().map_err(e)?,
-        "adapter" => settings.adapter = field.into_rust().map_err(e)?,
-        _ => settings.cpu_backend = field.into_rust().map_err(e)?,
+/// The saved text of each of [`Settings`]' fields ([`FIELDS`]); `None` where it is absent.
+#[derive(Deserialize)]
+struct RawFields {
+    #[serde(default, deserialize_with = "present")]
+    preset: Option<Box<RawValue>>,
+    #[serde(default, deserialize_with = "present")]
+    config: Option<Box<RawValue>>,
+    #[serde(default, deserialize_with = "present")]
+    data_dir: Option<Box<RawValue>>,
+    #[serde(default, deserialize_with = "present")]
+    adapter: Option<Box<RawValue>>,
+    #[serde(default, deserialize_with = "present")]
+    cpu_backend: Option<Box<RawValue>>,
+}
+
+/// A field's text, whatever it holds (`None` included: RON writes an `Option` as `None` or
+/// `Some(..)`, which the field's own type reads).
+fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Box<RawValue>>, D::Error> {
+    Box::<RawValue>::deserialize(d).map(Some)
+}
+
+/// Reads the field `name` from its text in `raw` into `settings` (an absent field keeps its
+/// default).
+fn set_field(settings: &mut Settings, name: &str, raw: &RawFields) -> Result<(), String> {
+    fn read<T: serde::de::DeserializeOwned>(raw: &Option<Box<RawValue>>, into: &mut T) -> Result<(), String> {
+        if let Some(r) = raw {
+            *into = r.into_rust::<T>().map_err(|e| e.to_string())?;
+        }
+        Ok(())
     }
-    Ok(())
+    match name {
+        "preset" => read(&raw.preset, &mut settings.preset),
+        "config" => read(&raw.config, &mut settings.config),
+        "data_dir" => read(&raw.data_dir, &mut settings.data_dir),
+        "adapter" => read(&raw.adapter, &mut settings.adapter),
+        _ => read(&raw.cpu_backend, &mut settings.cpu_backend),
+    }
 }
 
 /// What a dropped field falls back to, in words.
@@ -156,4 +189,38 @@ fn preset_config(name: &str) -> Config {
     crate::config::presets::load_config(name)
         .or_else(|_| crate::config::presets::load_config("quickstart"))
         .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What the app saves (eframe writes `ron::to_string` of the settings) reads back whole and
+    /// without a notice: enums (`flex`, `white`), `None` and `Some` fields included.
+    #[test]
+    fn the_settings_the_app_saves_read_back_unchanged() {
+        let mut config = crate::config::presets::load_config("8gb").unwrap();
+        config.data.alpha = crate::data::image_io::AlphaPolicy::Black;
+        let cases = [
+            Settings::default(),
+            Settings { adapter: None, cpu_backend: CpuBackend::Ndarray, ..Settings::default() },
+            Settings {
+                preset: "8gb".into(),
+                config,
+                data_dir: Some("/srv/photos".into()),
+                adapter: Some(1),
+                ..Settings::default()
+            },
+        ];
+        for settings in cases {
+            let text = ron::to_string(&settings).unwrap();
+            let (back, notices) = restore(Some(&text));
+            assert!(notices.is_empty(), "{notices:?} for {text}");
+            assert_eq!(
+                (&back.preset, &back.config, &back.data_dir, back.adapter, back.cpu_backend),
+                (&settings.preset, &settings.config, &settings.data_dir, settings.adapter, settings.cpu_backend),
+                "{text}"
+            );
+        }
+    }
 }

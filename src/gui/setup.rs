@@ -63,11 +63,14 @@ pub(super) struct DatasetView<'a> {
     pub(super) skipped_files: &'a [(String, String)],
 }
 
-/// Draws the setup panel of `view`: device, dataset, preset, knobs, budget, the memory
-/// estimate and the run buttons; what the user changes or presses goes to `commands`.
+/// Draws the setup panel of `view`: the run buttons, device, dataset, preset, knobs, budget and
+/// the memory estimate; what the user changes or presses goes to `commands`.
 pub(super) fn setup_ui(ui: &mut egui::Ui, view: &SetupView<'_>, commands: &mut Vec<Command>) {
     let settings = view.settings;
     ui.heading("Setup");
+    // First, so Train is on screen however long the panel grows (notices, a tall dataset).
+    run_buttons_ui(ui, view.training, view.has_run, view.has_model, commands);
+    ui.separator();
     if !view.notices.is_empty() {
         for notice in view.notices {
             ui.colored_label(egui::Color32::from_rgb(200, 140, 0), notice);
@@ -95,8 +98,6 @@ pub(super) fn setup_ui(ui: &mut egui::Ui, view: &SetupView<'_>, commands: &mut V
     budget_ui(ui, &settings.config, view.training, commands);
     ui.separator();
     estimate_ui(ui, view.plan, view.training);
-    ui.separator();
-    run_buttons_ui(ui, view.training, view.has_run, view.has_model, commands);
 }
 
 /// The budget slider (live while training: the engine halves its micro-batch when the
@@ -259,15 +260,27 @@ fn run_buttons_ui(ui: &mut egui::Ui, training: bool, has_run: bool, has_model: b
             commands.push(Command::Export(dir));
         }
     });
-    // The recipe's first sanity test; a page runs only in-memory training jobs.
+    // The recipe's first sanity test and run folders on disk; a page runs only in-memory
+    // training jobs and has no folders.
     if !cfg!(target_arch = "wasm32") {
-        let check = ui.add_enabled(!training, egui::Button::new("Overfit check")).on_hover_text(
-            "Train on 64 images of this dataset, without augmentation, for up to 200 steps: a \
-             network, data and optimizer that work memorize them (98% or more). Writes no run folder.",
-        );
-        if check.clicked() {
-            commands.push(Command::OverfitCheck);
-        }
+        ui.horizontal(|ui| {
+            let check = ui.add_enabled(!training, egui::Button::new("Overfit check")).on_hover_text(
+                "Train on 64 images of this dataset, without augmentation, for up to 200 steps: a \
+                 network, data and optimizer that work memorize them (98% or more). Writes no run folder.",
+            );
+            if check.clicked() {
+                commands.push(Command::OverfitCheck);
+            }
+            let open = ui.add_enabled(!training, egui::Button::new("Open run…")).on_hover_text(
+                "Show a run folder's plots and make it the run Resume, Evaluate and Export act on \
+                 (dropping a run folder on the window does the same).",
+            );
+            if open.clicked()
+                && let Some(dir) = dialogs::pick_folder()
+            {
+                commands.push(Command::OpenRun(dir));
+            }
+        });
     }
 }
 

@@ -44,6 +44,7 @@ pub mod probes;
 mod run;
 pub mod run_dir;
 mod run_folder;
+pub mod run_metrics;
 pub mod schedule;
 pub mod step;
 mod store;

@@ -156,7 +156,7 @@ fn gui_presets_and_knobs_move_the_estimate_and_presets_round_trip_through_toml()
     let reason = harness.state().shown_tier_reason().map(str::to_string);
     assert_eq!(reason.is_some(), harness.state().f16_available(), "{reason:?}");
     if let Some(reason) = reason {
-        assert!(reason.contains("whose plan is 60-90% of 8.0 GiB"), "{reason}");
+        assert!(reason.contains("that plan 60-90% of 8.0 GiB"), "{reason}");
         harness.get_by_label(&format!("This tier trains with {reason}."));
     }
     let tier = harness.state().estimate_text();
@@ -397,4 +397,54 @@ fn gui_overfit_check_plots_its_loss_and_passes_on_the_bundled_data() {
     assert!(app.status().contains(&format!("after {} steps", loss.len())), "{}", app.status());
     assert!(app.last_run().is_none(), "no run folder");
     assert!(!dir.path().join("runs").exists());
+}
+
+/// A run folder dropped on the window (the committed fixture `tests/data/run_folders/v1-small`:
+/// 36 steps over 12 epochs on C19's two classes) opens as the last run: its plots, its config
+/// and data folder; Evaluate evaluates its checkpoint and its export predicts. The plots, the
+/// evaluation and the prediction are each compared with their snapshot (the values come from
+/// the fixture's files and a CPU evaluation, so they are the same on every run).
+#[test]
+fn gui_opens_a_run_folder_and_its_plots_evaluation_and_prediction_match_their_snapshots() {
+    if gpu_or_skip().is_none() {
+        return; // snapshots render through wgpu
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let run = dir.path().join("v1-small");
+    copy_tree(&Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/run_folders/v1-small"), &run);
+    let data = cases().join("C19/dataset");
+    std::fs::write(run.join("data.txt"), format!("{}\n", data.display())).unwrap();
+    let mut app = app_in(dir.path(), app_worker(None));
+    app.apply(Command::SelectAdapter(None));
+    // The central views alone: the setup panel and the status bar show this machine's paths.
+    let mut harness = Harness::builder()
+        .with_size([960.0, 760.0])
+        .wgpu()
+        .build_ui_state(|ui, app: &mut VramfitApp| app.central_view(ui), app);
+    harness.step();
+    harness.state_mut().apply(Command::Drop(vec![run.clone()]));
+    harness.step();
+    let app = harness.state();
+    assert_eq!(app.status(), format!("opened run {}: step 36, epoch 12", run.display()), "{:?}", app.error());
+    assert_eq!(app.last_run(), Some(run.as_path()));
+    assert_eq!((app.history().loss.len(), app.history().val_accuracy.len()), (36, 12));
+    assert_eq!(app.settings().data_dir.as_deref(), Some(data.as_path()));
+    assert_eq!((app.settings().preset.as_str(), app.settings().config.train.batch_size), ("small", 2));
+    harness.snapshot("run-plots");
+
+    harness.state_mut().apply(Command::Evaluate);
+    step_until(&mut harness, "the evaluation", |a| !a.evaluating() && a.evaluation().is_some());
+    assert_eq!(harness.state().evaluation().unwrap().samples, 6);
+    harness.state_mut().apply(Command::ShowView(View::Evaluation));
+    harness.step();
+    harness.snapshot("run-evaluation");
+
+    let image = std::fs::read_dir(data.join("a")).unwrap().flatten().map(|e| e.path()).min().unwrap();
+    harness.state_mut().apply(Command::Predict(vec![image]));
+    step_until(&mut harness, "the prediction", |a| !a.busy() && !a.predictions().is_empty());
+    let top = harness.state().predictions()[0].result.as_ref().unwrap().clone();
+    assert_eq!(top[0].name, "a", "{top:?}");
+    harness.state_mut().apply(Command::ShowView(View::Predict));
+    harness.step();
+    harness.snapshot("run-prediction");
 }

@@ -679,21 +679,20 @@ fn a_sigint_to_the_train_command_alone_stops_its_worker_with_a_checkpoint() {
     assert!(!checkpoint_names(&run).is_empty(), "a checkpoint was saved: {text}");
 }
 
-/// Stop while the first step is still being prepared (on a GPU it compiles every kernel, for
-/// minutes on a software adapter, and cannot be interrupted; `VRAMFIT_FAULT=hang@started` holds
-/// the training loop there): the worker is ended a few seconds after the stop instead of the
-/// two minutes a stuck step gets, the command says nothing was lost and how to start again, and
-/// the run folder resumes.
-#[test]
-fn a_stop_before_the_first_step_ends_the_worker_in_seconds_and_the_run_resumes() {
+/// `vramfit train --device cpu` with `VRAMFIT_FAULT=hang@started` (the training loop held
+/// before its first step, as a first step compiling kernels for minutes is) and `extra`, once
+/// its loop is held there: the child, its stderr lines and the text read so far.
+fn train_held_before_its_first_step(
+    run: &Path,
+    extra: &[&str],
+) -> (std::process::Child, std::sync::mpsc::Receiver<String>, String) {
     use std::io::BufRead;
-    let dir = tempfile::tempdir().unwrap();
-    let run = dir.path().join("run");
     let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_vramfit"))
         .args(["train", "--device", "cpu", "--epochs", "1", "--batch-size", "2", "--data"])
         .arg(cases().join("C19/dataset"))
         .arg("--out")
-        .arg(&run)
+        .arg(run)
+        .args(extra)
         .env("VRAMFIT_FAULT", "hang@started")
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::piped())
@@ -701,7 +700,7 @@ fn a_stop_before_the_first_step_ends_the_worker_in_seconds_and_the_run_resumes()
         .unwrap();
     let (tx, lines) = std::sync::mpsc::channel();
     let stderr = child.stderr.take().unwrap();
-    let reader = std::thread::spawn(move || {
+    std::thread::spawn(move || {
         for line in std::io::BufReader::new(stderr).lines().map_while(Result::ok) {
             let _ = tx.send(line);
         }
@@ -713,8 +712,23 @@ fn a_stop_before_the_first_step_ends_the_worker_in_seconds_and_the_run_resumes()
             Err(e) => panic!("the run never reached its first step ({e}): {text}"),
         }
     }
-    let kill = std::process::Command::new("kill").args(["-INT", &child.id().to_string()]).status().unwrap();
-    assert!(kill.success());
+    (child, lines, text)
+}
+
+/// Sends `signal` to `child` `times` times, 0.2 s apart, and waits up to 30 s for it to end;
+/// returns its exit status and everything it wrote to stderr.
+fn signal_and_wait(
+    mut child: std::process::Child,
+    lines: std::sync::mpsc::Receiver<String>,
+    mut text: String,
+    signal: &str,
+    times: usize,
+) -> (std::process::ExitStatus, String) {
+    for _ in 0..times {
+        let kill = std::process::Command::new("kill").args([signal, &child.id().to_string()]).status().unwrap();
+        assert!(kill.success());
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
     let stopping = std::time::Instant::now();
     let status = loop {
         if let Some(status) = child.try_wait().unwrap() {
@@ -722,20 +736,65 @@ fn a_stop_before_the_first_step_ends_the_worker_in_seconds_and_the_run_resumes()
         }
         if stopping.elapsed().as_secs() > 30 {
             let _ = child.kill();
-            panic!("still running 30 s after the stop: {text}");
+            panic!("still running 30 s after {signal}: {text}");
         }
         std::thread::sleep(std::time::Duration::from_millis(50));
     };
-    reader.join().unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(200));
     text.extend(lines.try_iter().map(|l| l + "\n"));
+    (status, text)
+}
+
+/// `vramfit train --resume --device cpu --max-steps STEPS --out RUN`, waiting up to 20 s for a
+/// worker of an earlier command to let go of the folder; (exit code, output).
+fn resume_when_free(run: &Path, steps: &str) -> (Option<i32>, String) {
+    let args = ["train", "--resume", "--device", "cpu", "--max-steps", steps, "--out"].map(std::ffi::OsStr::new);
+    let started = std::time::Instant::now();
+    loop {
+        let (code, text) = vramfit_cli_env(&[&args[..], &[run.as_os_str()]].concat(), None);
+        if !text.contains("is training in this folder") || started.elapsed().as_secs() > 20 {
+            return (code, text);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(500));
+    }
+}
+
+/// Stop while the first step is still being prepared (on a GPU it compiles every kernel, for
+/// minutes on a software adapter, and cannot be interrupted): the worker is ended a few seconds
+/// after the stop instead of the two minutes a stuck step gets, the command says nothing was
+/// lost and how to start again, and the run folder resumes. A second Ctrl-C or a SIGTERM
+/// (the parent quits at once) leaves no worker behind holding the folder; a resumed run
+/// stopped so names the step it stands at.
+#[test]
+fn a_stop_before_the_first_step_ends_the_worker_in_seconds_and_the_run_resumes() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = dir.path().join("run");
+    let (child, lines, text) = train_held_before_its_first_step(&run, &[]);
+    let (status, text) = signal_and_wait(child, lines, text, "-INT", 1);
     assert!(status.success(), "{text}");
     assert!(text.contains("stopped before the first step ended (nothing to save)"), "{text}");
-    assert!(text.contains(&format!("vramfit train --resume --out {} --device cpu", run.display())), "{text}");
+    let resume = format!("start it again with: vramfit train --resume --out {} --device cpu", run.display());
+    assert!(text.contains(&resume), "{text}");
     let checkpoints = run.join("checkpoints");
     assert!(!checkpoints.exists() || checkpoint_names(&run).is_empty(), "no step, no checkpoint: {text}");
     // The folder resumes: from step 0, saying so.
-    let args = ["train", "--resume", "--device", "cpu", "--max-steps", "1", "--out"].map(std::ffi::OsStr::new);
-    let (code, resumed) = vramfit_cli_env(&[&args[..], &[run.as_os_str()]].concat(), None);
+    let (code, resumed) = resume_when_free(&run, "2");
     assert_eq!(code, Some(0), "{resumed}");
     assert!(resumed.contains("has no checkpoint yet: the run starts again from step 0"), "{resumed}");
+
+    // A resumed run held before its next step, then quit at once (two Ctrl-C, or SIGTERM): no
+    // worker is left holding the folder, which resumes from its step.
+    for (signal, times, steps) in [("-INT", 2, 3), ("-TERM", 1, 4)] {
+        let (child, lines, text) = train_held_before_its_first_step(&run, &["--resume"]);
+        let (status, text) = signal_and_wait(child, lines, text, signal, times);
+        assert!(!status.success(), "{signal} x{times}: {text}");
+        let (code, resumed) = resume_when_free(&run, &steps.to_string());
+        assert_eq!(code, Some(0), "{signal} x{times}: the folder is free: {resumed}");
+        assert_eq!(metric_steps(&run), (1..=steps).collect::<Vec<_>>(), "{signal} x{times}: {resumed}");
+    }
+    // One stop of a resumed run held before its next step: the step it stands at.
+    let (child, lines, text) = train_held_before_its_first_step(&run, &["--resume"]);
+    let (status, text) = signal_and_wait(child, lines, text, "-INT", 1);
+    assert!(status.success(), "{text}");
+    assert!(text.contains("stopped before step 5 ended: the run stands at step 4 (its checkpoint kept)"), "{text}");
 }

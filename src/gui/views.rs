@@ -1,0 +1,54 @@
+//! The central panel: the tabs and the view they show (the training plots, the evaluation, the
+//! prediction).
+
+use eframe::egui;
+
+use super::evaluation::evaluation_ui;
+use super::plots::{PlotsView, plots_ui};
+use super::{Command, View, VramfitApp};
+
+impl VramfitApp {
+    /// Draws the tabs and the view shown; what the user does goes to `commands`.
+    pub(super) fn central_ui(&mut self, ui: &mut egui::Ui, commands: &mut Vec<Command>) {
+        let can_evaluate = !self.training() && !self.evaluating() && self.last_run.is_some();
+        let evaluating = self.evaluating();
+        view_tabs_ui(ui, self.view, commands);
+        ui.separator();
+        match self.view {
+            View::Training => {
+                let view = PlotsView {
+                    history: &self.history,
+                    plan: self.shown_plan(),
+                    budget: self.settings.config.memory.memory_budget_bytes,
+                    training: self.training(),
+                };
+                plots_ui(ui, &view, commands)
+            }
+            View::Evaluation => evaluation_ui(ui, self.evaluation.as_ref(), can_evaluate, evaluating, commands),
+            View::Predict => self.predict.ui(ui, self.last_run.as_deref(), commands),
+        }
+    }
+
+    /// Draws the central panel alone (what the snapshot tests of the views compare: the setup
+    /// panel and the status bar show this machine's paths), applying its commands.
+    pub fn central_view(&mut self, ui: &mut egui::Ui) {
+        self.poll();
+        self.refresh();
+        let mut commands = Vec::new();
+        // The central panel's margins, as the window draws it.
+        egui::Frame::central_panel(ui.style()).show(ui, |ui| self.central_ui(ui, &mut commands));
+        self.apply_all(commands);
+    }
+}
+
+/// The tabs of the central views; a click records [`Command::ShowView`].
+fn view_tabs_ui(ui: &mut egui::Ui, shown: View, commands: &mut Vec<Command>) {
+    ui.horizontal(|ui| {
+        for (view, name) in [(View::Training, "Training"), (View::Evaluation, "Evaluation"), (View::Predict, "Predict")]
+        {
+            if ui.selectable_label(shown == view, name).clicked() {
+                commands.push(Command::ShowView(view));
+            }
+        }
+    });
+}
