@@ -286,9 +286,18 @@ fn bench_memory(args: &BenchArgs) -> anyhow::Result<Option<String>> {
     let config_name = args.configs.first().map_or("quickstart", String::as_str);
     let base = super::load_config(config_name)?;
     let steps = args.steps.clamp(1, 3);
+    // The pools it measures are a GPU adapter's: a CPU backend keeps none (its rows were 0 B,
+    // "+3968757600%" over the plan).
+    let device = select_device(args.device.gpu_choice())?;
+    if !device.is_gpu() {
+        anyhow::bail!(
+            "bench memory measures a GPU adapter's memory pools and {} has none: run it with a wgpu adapter \
+             (`vramfit devices`; a software one such as lavapipe will do)",
+            device.name
+        );
+    }
     if let Some(cell) = &args.cell {
         let cell = crate::bench::memory::MemoryCell::parse(cell)?;
-        let device = select_device(args.device.gpu_choice())?;
         let row = crate::bench::memory::measure_cell(&base, &device, &cell, steps);
         println!("{}", serde_json::to_string(&row)?);
         return Ok(None);
@@ -305,9 +314,8 @@ fn bench_memory(args: &BenchArgs) -> anyhow::Result<Option<String>> {
                 row
             })
             .collect::<Vec<_>>();
-        (rows, format!("{} (each cell in a fresh process)", select_device(args.device.gpu_choice())?.name))
+        (rows, format!("{} (each cell in a fresh process)", device.name))
     } else {
-        let device = select_device(args.device.gpu_choice())?;
         let rows = crate::bench::memory::bench_memory(&base, &device, &grid, steps, &mut |line| eprintln!("{line}"));
         (rows, device.name)
     };

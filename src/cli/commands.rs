@@ -342,7 +342,10 @@ fn suggest_report(config: &mut Config, classes: usize) -> String {
             t.apply(config);
             config.name = format!("{} with the suggested settings", config.name);
         }
-        None => s.push_str("nothing fits, not even micro-batch 1 with f16 and checkpointing: lower crop_size\n\n"),
+        None => s.push_str(&format!(
+            "nothing plans under {:.0}% of the budget, not even micro-batch 1 with f16 and checkpointing: raise the budget or lower crop_size\n\n",
+            100.0 * TIER_BAND.1
+        )),
     }
     s
 }

@@ -173,7 +173,7 @@ pub struct DeviceArgs {
 /// `--device`.
 #[derive(ValueEnum, Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum DeviceFlag {
-    /// The fastest kind of device here ([`DeviceChoice::Auto`]).
+    /// A hardware GPU adapter, else the CPU (a software adapter is slower than the CPU backend).
     #[default]
     Auto,
     /// A wgpu adapter.
