@@ -144,7 +144,7 @@ pub fn bench(args: BenchArgs, app: super::App) -> anyhow::Result<ExitCode> {
             serde_json::to_string_pretty(&rows)?
         }
         "loader" => {
-            let device = select_device(args.device.gpu_choice())?;
+            let device = select_device(args.device.gpu_choice()?)?;
             if args.train_steps > 0 {
                 anyhow::ensure!(
                     crate::kernels::device_augment::runs_wgsl(&device.device),
@@ -240,11 +240,11 @@ fn compare_with_baseline(args: &BenchArgs) -> anyhow::Result<ExitCode> {
 /// Runs `vramfit bench memory --cell` for `cell` in a child process; a child that fails or dies
 /// (a driver out-of-memory kills the process) gives a skipped row naming its exit and stderr tail.
 fn memory_cell_in_child(
-    args: &BenchArgs,
     config_name: &str,
     base: &Config,
     cell: &crate::bench::memory::MemoryCell,
     steps: usize,
+    device: crate::device::DeviceChoice,
 ) -> crate::bench::memory::MemoryBenchRow {
     let mut row = crate::bench::memory::MemoryBenchRow::planned(base, cell);
     let exe = match std::env::current_exe() {
@@ -256,7 +256,7 @@ fn memory_cell_in_child(
     };
     let mut cmd = std::process::Command::new(exe);
     cmd.args(["bench", "memory", "--config", config_name, "--cell", &cell.to_arg(), "--steps", &steps.to_string()]);
-    cmd.args(super::device_flags(args.device.gpu_choice()));
+    cmd.args(super::device_flags(device));
     match cmd.stderr(std::process::Stdio::piped()).output() {
         Ok(out) if out.status.success() => {
             match String::from_utf8_lossy(&out.stdout).lines().rev().find_map(|l| serde_json::from_str(l).ok()) {
@@ -288,7 +288,8 @@ fn bench_memory(args: &BenchArgs) -> anyhow::Result<Option<String>> {
     let steps = args.steps.clamp(1, 3);
     // The pools it measures are a GPU adapter's: a CPU backend keeps none (its rows were 0 B,
     // "+3968757600%" over the plan).
-    let device = select_device(args.device.gpu_choice())?;
+    let choice = args.device.gpu_choice()?;
+    let device = select_device(choice)?;
     if !device.is_gpu() {
         anyhow::bail!(
             "bench memory measures a GPU adapter's memory pools and {} has none: run it with a wgpu adapter \
@@ -309,7 +310,7 @@ fn bench_memory(args: &BenchArgs) -> anyhow::Result<Option<String>> {
             .cells()
             .iter()
             .map(|cell| {
-                let row = memory_cell_in_child(args, config_name, &base, cell, steps);
+                let row = memory_cell_in_child(config_name, &base, cell, steps, choice);
                 eprintln!("{row:?}");
                 row
             })

@@ -104,7 +104,7 @@ fn run_split(model: &Path, splits: Splits) -> anyhow::Result<Splits> {
 }
 
 pub fn eval(args: EvalArgs) -> anyhow::Result<ExitCode> {
-    let device = select_device(args.device.choice())?;
+    let device = select_device(args.device.choice()?)?;
     let config = crate::export::load_metadata(&args.model)?.inference_config();
     let splits = run_split(&args.model, open_data(args.data.as_ref(), &config, args.allow_empty_classes)?)?;
     let data = if args.train_split { splits.train } else { splits.val };
@@ -176,8 +176,8 @@ fn parse_top_k(s: &str) -> Result<usize, String> {
 
 pub fn predict(args: PredictArgs) -> anyhow::Result<ExitCode> {
     // Selected here for its note (e.g. no adapter: the CPU); the session's job reuses the device.
-    let choice = args.device.choice();
-    select_device(args.device.choice())?;
+    let choice = args.device.choice()?;
+    select_device(args.device.choice()?)?;
     let files = crate::inference::predict::expand_inputs(&args.inputs);
     if files.is_empty() {
         bail!("no image files in {:?}", args.inputs);

@@ -194,21 +194,34 @@ pub enum CpuFlag {
 
 impl DeviceArgs {
     /// The engine's device choice.
-    pub fn choice(&self) -> DeviceChoice {
-        match self.device {
+    ///
+    /// # Errors
+    /// `--device cpu` with `--adapter N`: two devices asked for.
+    pub fn choice(&self) -> anyhow::Result<DeviceChoice> {
+        Ok(match self.device {
             DeviceFlag::Auto if self.adapter.is_none() => DeviceChoice::Auto,
             DeviceFlag::Auto | DeviceFlag::Gpu => DeviceChoice::Gpu(self.adapter),
-            DeviceFlag::Cpu => DeviceChoice::Cpu(self.cpu_backend()),
-        }
+            DeviceFlag::Cpu => {
+                if let Some(i) = self.adapter {
+                    anyhow::bail!(
+                        "--device cpu and --adapter {i} ask for two devices: drop --adapter to train on the CPU, or --device cpu for the adapter"
+                    );
+                }
+                DeviceChoice::Cpu(self.cpu_backend())
+            }
+        })
     }
 
     /// The device choice of a command that measures a GPU (`bench`): as [`Self::choice`], but
     /// `auto` takes the default adapter, a software one included, since measuring one is the point.
-    pub fn gpu_choice(&self) -> DeviceChoice {
-        match self.choice() {
+    ///
+    /// # Errors
+    /// As [`Self::choice`].
+    pub fn gpu_choice(&self) -> anyhow::Result<DeviceChoice> {
+        Ok(match self.choice()? {
             DeviceChoice::Auto => DeviceChoice::Gpu(None),
             choice => choice,
-        }
+        })
     }
 
     fn cpu_backend(&self) -> CpuBackend {
@@ -321,11 +334,15 @@ mod tests {
             #[command(flatten)]
             device: DeviceArgs,
         }
-        let parse = |args: &[&str]| DeviceOnly::try_parse_from(args).unwrap().device.choice();
+        let parse = |args: &[&str]| DeviceOnly::try_parse_from(args).unwrap().device.choice().unwrap();
         assert_eq!(parse(&["vramfit"]), DeviceChoice::Auto);
         assert_eq!(parse(&["vramfit", "--adapter", "1"]), DeviceChoice::Gpu(Some(1)));
         assert_eq!(parse(&["vramfit", "--device", "gpu"]), DeviceChoice::Gpu(None));
         assert_eq!(parse(&["vramfit", "--device", "cpu"]), DeviceChoice::Cpu(CpuBackend::Flex));
+        // Two devices at once are refused, naming both flags.
+        let both = DeviceOnly::try_parse_from(["vramfit", "--device", "cpu", "--adapter", "0"]).unwrap();
+        let e = both.device.choice().unwrap_err().to_string();
+        assert!(e.contains("--device cpu and --adapter 0"), "{e}");
         // Each choice survives the trip to the worker process's command line.
         for choice in [DeviceChoice::Auto, DeviceChoice::Gpu(Some(1)), DeviceChoice::Gpu(None)] {
             let mut args = vec!["vramfit".to_string()];

@@ -105,7 +105,7 @@ pub fn train(args: TrainArgs) -> anyhow::Result<ExitCode> {
         fresh_optimizer: args.fresh_optimizer,
         allow_empty_classes: args.allow_empty_classes,
         overfit_check: args.overfit_check,
-        ..TrainingSpec::new(config, args.device.choice(), out)
+        ..TrainingSpec::new(config, args.device.choice()?, out)
     };
     // The engine trains in a child process, so a driver crash cannot take this one down.
     super::worker::train_in_child(spec)

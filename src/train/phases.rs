@@ -138,9 +138,11 @@ fn fit_batch_to_data(config: &mut Config, images: usize, resumed: bool, sink: Ev
     }
     let batches = images.div_ceil(train.batch_size.max(1));
     if train.grad_accum_steps > batches {
+        let fix = if batches == 1 { "set it to 1".to_string() } else { format!("lower it to {batches} or less") };
         sink(Event::Warning(format!(
             "train.grad_accum_steps = {} is more than the {batches} batches of an epoch: each epoch ends its \
-             accumulation early, one optimizer step per epoch; lower it to {batches} or less",
+             accumulation early, one optimizer step per epoch; {fix} (a dataset this small trains better with a \
+             small batch: --batch-size 32 --grad-accum-steps 1)",
             train.grad_accum_steps
         )));
     }

@@ -465,6 +465,7 @@ fn c36_numbers_out_of_proportion_to_the_dataset_are_clamped_or_refused() {
     let (ok, log) = cli_train(&data, &accum, &["--epochs", "2", "--batch-size", "4", "--grad-accum-steps", "1024"]);
     assert!(ok, "{log}");
     assert!(log.contains("train.grad_accum_steps = 1024 is more than the 3 batches of an epoch"), "{log}");
+    assert!(log.contains("lower it to 3 or less (a dataset this small trains better with a small batch"), "{log}");
     assert_eq!(metric_steps(&accum), [1, 2], "one optimizer step per epoch");
     assert!(log.contains("optimizer.warmup_epochs = 0.3 is under one optimizer step here"), "{log}");
     let (ok, log) = cli_train(&data, &accum, &["--resume", "--epochs", "3"]);
