@@ -214,14 +214,10 @@ fn overfit_check(config: Config, device: SelectedDevice, train_ds: dataset::Data
 /// `--device gpu`, `--adapter N`, or `--device cpu` with a CPU backend other than the default
 /// (also when a GPU was asked for and the CPU was used for want of one).
 fn device_flags(device: &SelectedDevice, choice: DeviceChoice) -> String {
-    match (device.is_gpu(), choice) {
-        (true, DeviceChoice::Gpu(Some(i))) => format!(" --adapter {i}"),
-        (true, DeviceChoice::Gpu(None)) => " --device gpu".to_string(),
-        (true, _) => String::new(),
-        (false, DeviceChoice::Cpu(backend)) if backend != CpuBackend::DEFAULT => {
-            format!(" --device cpu --cpu-backend {}", backend.name())
-        }
-        (false, _) => " --device cpu".to_string(),
+    match choice {
+        // A GPU asked for (or the default) and the CPU used: the hint names the CPU.
+        DeviceChoice::Auto | DeviceChoice::Gpu(_) if !device.is_gpu() => DeviceChoice::Cpu(CpuBackend::DEFAULT).flags(),
+        choice => choice.flags(),
     }
 }
 
