@@ -5,6 +5,7 @@
 //! silently fall back to a default) and every value is range-checked by [`Config::validate`].
 
 pub mod byte_size;
+pub mod class_balance;
 pub mod presets;
 pub mod tiers;
 pub mod user_text;
@@ -17,6 +18,8 @@ use crate::engine::error::{Error, Result};
 
 mod resume;
 mod validate;
+
+pub use class_balance::{ClassWeights, Sampler};
 
 /// A complete run configuration (one `configs/*.toml` file).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -142,6 +145,14 @@ pub struct DataConfig {
     /// Folder of the disk cache ("" = `$XDG_CACHE_HOME/vramfit/images`, else
     /// `~/.cache/vramfit/images`).
     pub cache_dir: String,
+    /// Look for copies of one picture before training (inside a class, under two labels, in
+    /// validation and training at once: [`crate::data::health`]).
+    pub find_duplicates: bool,
+    /// Evaluate without the validation images that copy a training image (they inflate
+    /// validation accuracy); the split itself is kept.
+    pub drop_leaked_val: bool,
+    /// Which images an epoch draws ([`Sampler`]).
+    pub sampler: Sampler,
 }
 
 impl Default for DataConfig {
@@ -159,6 +170,9 @@ impl Default for DataConfig {
             cache_ram_mib: 1024,
             cache_disk_mib: 4096,
             cache_dir: String::new(),
+            find_duplicates: true,
+            drop_leaked_val: false,
+            sampler: Sampler::Shuffle,
         }
     }
 }
@@ -252,6 +266,8 @@ pub struct TrainConfig {
     /// Also write a checkpoint every this many optimizer steps within an epoch (0: only at the
     /// end of each epoch and on Stop), bounding the work a crash or kill can cost.
     pub checkpoint_every_steps: usize,
+    /// How each image's loss is weighted by its class ([`ClassWeights`]).
+    pub class_weights: ClassWeights,
 }
 
 impl Default for TrainConfig {
@@ -268,6 +284,7 @@ impl Default for TrainConfig {
             max_skipped_steps: 20,
             keep_checkpoints: 2,
             checkpoint_every_steps: 500,
+            class_weights: ClassWeights::None,
         }
     }
 }

@@ -1,6 +1,7 @@
 //! `vramfit check-data`: a dataset's report before training: classes and counts, files that
-//! would be skipped grouped by reason, the scan's findings, what would stop training, and what
-//! the preprocess mode makes of the smallest and largest images.
+//! would be skipped grouped by reason, the scan's findings, the data's health (copies, label
+//! conflicts, validation copies of training images, imbalance: [`crate::data::health`]), what
+//! would stop training, and what the preprocess mode makes of the smallest and largest images.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -19,8 +20,8 @@ pub struct DataReport {
     pub stops: usize,
 }
 
-/// The `check-data` report: classes with counts, skipped files grouped by reason, imbalance,
-/// size spread, what would stop training, and what the preprocess mode makes of the smallest
+/// The `check-data` report: classes with counts, skipped files grouped by reason, the data's
+/// health ([`crate::data::health::DataHealth::report`]), size spread, what would stop training, and what the preprocess mode makes of the smallest
 /// and largest images.
 ///
 /// # Errors
@@ -42,6 +43,7 @@ pub fn report(path: &std::path::Path, config: &Config, allow_empty: bool) -> Res
     let decoded = DecodeSurvey::of(&all, &pipe);
     decoded.write_skips(&mut s);
     write_findings(&mut s, &splits, &decoded.flat);
+    s.push_str(&crate::data::health::scan(&splits, &config.data).report());
     stops.extend(splits.refusal(|source| pipe.decode(source).is_ok()).map(|e| e.to_string()));
     stops.extend(crate::data::loader::check_sizes_agree(&all, &config.data.preprocess).err().map(|e| e.to_string()));
     for stop in &stops {
@@ -97,8 +99,6 @@ fn write_classes(s: &mut String, splits: &Splits, all: &Dataset) {
     if order.len() < counts.len() {
         let _ = writeln!(s, "  ... and {} more classes (the 10 smallest are listed)", counts.len() - order.len());
     }
-    let (min, max) = (counts.iter().min().copied().unwrap_or(0), counts.iter().max().copied().unwrap_or(0));
-    let _ = writeln!(s, "class imbalance: largest/smallest = {:.1}", max as f64 / min.max(1) as f64);
 }
 
 /// What the scan left out, flat images and the dataset's warnings.

@@ -19,25 +19,21 @@ use crate::data::pipeline::{SamplePipeline, StageTimes, in_source};
 use crate::data::preprocess::PreprocessConfig;
 use crate::kernels::device_augment::{self, AugmentParams, ImageAugment};
 
-/// Builds batch `b` of `order` (indices into `dataset`): each sample decoded (or read from the
-/// cache), resized and cropped, then augmented and normalized here, or (the pipeline runs
+/// Builds batch `b` of `pass` (its `order` indexes `dataset`): each sample decoded (or read from
+/// the cache), resized and cropped, then augmented and normalized here, or (the pipeline runs
 /// [`SamplePipeline::on_device`]) packed as 8-bit pixels with its drawn augmentation for the
 /// device. A sample whose output size differs from the batch's first is skipped with the reason
 /// on both paths.
-fn build_batch(
-    dataset: &Dataset,
-    pipeline: &SamplePipeline,
-    order: &[usize],
-    batch_size: usize,
-    b: usize,
-    seed: u64,
-) -> Batch {
+fn build_batch(dataset: &Dataset, pipeline: &SamplePipeline, pass: &Pass, b: usize) -> Batch {
+    let (order, batch_size, seed) = (&pass.order, pass.batch_size, pass.seed);
     let mut batch = Batch::default();
     let start = b * batch_size;
     let mut crops: Vec<(usize, RgbImage, ImageAugment)> = Vec::new();
-    for &i in &order[start..(start + batch_size).min(order.len())] {
+    for (offset, &i) in order[start..(start + batch_size).min(order.len())].iter().enumerate() {
         let sample = &dataset.samples[i];
-        let mut rng = sample_rng(seed, i);
+        // A pass that repeats samples draws each occurrence's augmentation apart.
+        let key = if pass.repeats { start + offset } else { i };
+        let mut rng = sample_rng(seed, key);
         let mut times = StageTimes::default();
         let made = pipeline.resized(&sample.source, &mut times).and_then(|img| {
             if crate::data::image_io::is_flat(&img) {
@@ -71,7 +67,7 @@ fn build_batch(
         batch.labels.push(sample.label as i64);
         match made {
             Made::Cpu(chw, ..) => batch.images.extend_from_slice(&chw),
-            Made::Device((crop, augment)) => crops.push((i, crop, augment)),
+            Made::Device((crop, augment)) => crops.push((key, crop, augment)),
         }
     }
     if !crops.is_empty() {
@@ -177,7 +173,7 @@ impl Iterator for BatchIter {
             return None;
         }
         if let Some((dataset, pipeline, pass)) = &self.inline {
-            let batch = build_batch(dataset, pipeline, &pass.order, pass.batch_size, self.next, pass.seed);
+            let batch = build_batch(dataset, pipeline, pass, self.next);
             self.next += 1;
             return Some(batch);
         }
@@ -274,12 +270,15 @@ pub struct Pass {
     pub skip_batches: usize,
     /// The pass's random seed.
     pub seed: u64,
+    /// The order may hold a sample more than once ([`Self::class_balanced_epoch`]): each
+    /// occurrence's random choices are keyed by its position, not by the sample.
+    pub repeats: bool,
 }
 
 impl Pass {
     /// Every sample of a dataset of `len` in order, from the first batch.
     pub fn in_order(len: usize, batch_size: usize, seed: u64) -> Self {
-        Self { order: Arc::new((0..len).collect()), batch_size, skip_batches: 0, seed }
+        Self { order: Arc::new((0..len).collect()), batch_size, skip_batches: 0, seed, repeats: false }
     }
 
     /// Training epoch `epoch` of a run seeded `seed` over a dataset of `len`: the samples shuffled
@@ -289,7 +288,28 @@ impl Pass {
         use rand::seq::SliceRandom;
         let mut order: Vec<usize> = (0..len).collect();
         order.shuffle(&mut SmallRng::seed_from_u64(seed.wrapping_add(epoch)));
-        Self { order: Arc::new(order), batch_size, skip_batches, seed: seed ^ (epoch << 32) }
+        Self { order: Arc::new(order), batch_size, skip_batches, seed: seed ^ (epoch << 32), repeats: false }
+    }
+
+    /// Training epoch `epoch` drawn class-balanced (`data.sampler = "balanced"`,
+    /// [`crate::config::Sampler::Balanced`]): `labels.len()` draws, each a class chosen uniformly
+    /// among those with samples, then one of its samples uniformly (with replacement), by `seed +
+    /// epoch`; seeded and resumable as [`Self::training_epoch`].
+    pub fn class_balanced_epoch(labels: &[usize], batch_size: usize, seed: u64, epoch: u64, skip_batches: usize) -> Self {
+        use rand::{Rng, SeedableRng};
+        let mut by_class: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
+        for (i, &label) in labels.iter().enumerate() {
+            by_class.entry(label).or_default().push(i);
+        }
+        let classes: Vec<&Vec<usize>> = by_class.values().collect();
+        let mut rng = SmallRng::seed_from_u64(seed.wrapping_add(epoch));
+        let order = (0..labels.len())
+            .map(|_| {
+                let members = classes[rng.random_range(0..classes.len())];
+                members[rng.random_range(0..members.len())]
+            })
+            .collect();
+        Self { order: Arc::new(order), batch_size, skip_batches, seed: seed ^ (epoch << 32), repeats: true }
     }
 }
 
@@ -303,21 +323,22 @@ pub fn batches(
     workers: usize,
     prefetch: usize,
 ) -> BatchIter {
-    let Pass { order, batch_size, skip_batches, seed } = pass;
-    let n_batches = order.len().div_ceil(batch_size.max(1));
+    let n_batches = pass.order.len().div_ceil(pass.batch_size.max(1));
+    let skip_batches = pass.skip_batches;
+    let pass = Arc::new(pass);
     let (tx, rx) = sync_channel(prefetch.max(1));
     let counter = Arc::new(AtomicUsize::new(skip_batches));
     let mut spawned_any = false;
     for w in 0..worker_count(workers).min(n_batches.saturating_sub(skip_batches)).max(1) {
-        let (tx, counter, dataset, pipeline, order) =
-            (tx.clone(), counter.clone(), dataset.clone(), pipeline.clone(), order.clone());
+        let (tx, counter, dataset, pipeline, pass) =
+            (tx.clone(), counter.clone(), dataset.clone(), pipeline.clone(), pass.clone());
         let spawned = std::thread::Builder::new().name(format!("vramfit-loader-{w}")).spawn(move || {
             loop {
                 let b = counter.fetch_add(1, Ordering::Relaxed);
                 if b >= n_batches {
                     break;
                 }
-                let batch = build_batch(&dataset, &pipeline, &order, batch_size, b, seed);
+                let batch = build_batch(&dataset, &pipeline, &pass, b);
                 if tx.send((b, batch)).is_err() {
                     break;
                 }
@@ -329,7 +350,7 @@ pub fn batches(
         spawned_any = true;
     }
     if !spawned_any {
-        return batches_on_this_thread(dataset, pipeline, Pass { order, batch_size, skip_batches, seed });
+        return batches_on_this_thread(dataset, pipeline, Arc::unwrap_or_clone(pass));
     }
     BatchIter { rx, pending: BTreeMap::new(), next: skip_batches, end: n_batches, inline: None }
 }

@@ -8,6 +8,7 @@
 pub mod augment;
 pub mod batch;
 pub mod check_data;
+pub mod health;
 pub mod dataset;
 pub mod idx;
 pub mod image_cache;

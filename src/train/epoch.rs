@@ -35,13 +35,14 @@ impl Run<'_> {
     ) -> Result<EpochTotals> {
         let epoch = self.trainer.state.epoch;
         let skip = self.trainer.state.batches_done_in_epoch;
-        let pass = loader::Pass::training_epoch(
-            data.train.samples.len(),
-            self.loader_batch,
-            self.config.seed,
-            epoch as u64,
-            skip,
-        );
+        let (len, batch, seed) = (data.train.samples.len(), self.loader_batch, self.config.seed);
+        let pass = match self.config.data.sampler {
+            crate::config::Sampler::Shuffle => loader::Pass::training_epoch(len, batch, seed, epoch as u64, skip),
+            crate::config::Sampler::Balanced => {
+                let labels: Vec<usize> = data.train.samples.iter().map(|s| s.label).collect();
+                loader::Pass::class_balanced_epoch(&labels, batch, seed, epoch as u64, skip)
+            }
+        };
         let mut batches = data.batches(pass, &self.config);
         let mut totals = EpochTotals::default();
         let mut batch_index = skip;

@@ -27,14 +27,20 @@ impl EpochData {
     /// decoded-image cache (their resized images are the same) and training batches go to the
     /// device's augmentation kernel when `augment_on_device`
     /// ([`crate::kernels::device_augment::augments_on_device`]); in memory, neither (see
-    /// [`Store::Memory`]).
-    pub(super) fn new(splits: &Splits, config: &Config, augment_on_device: bool, store: Store<'_>) -> Self {
+    /// [`Store::Memory`]). Validation leaves out `drop_val` (indices into `splits.val`).
+    pub(super) fn new(
+        splits: &Splits,
+        config: &Config,
+        augment_on_device: bool,
+        store: Store<'_>,
+        drop_val: &[usize],
+    ) -> Self {
         let threads = matches!(store, Store::Folder { .. });
         let cache =
             if threads { crate::data::image_cache::ImageCache::from_config(&config.data).map(Arc::new) } else { None };
         Self {
             train: Arc::new(splits.train.clone()),
-            val: Arc::new(splits.val.clone()),
+            val: Arc::new(without(&splits.val, drop_val)),
             train_pipe: Arc::new(
                 SamplePipeline::from_config(config, true)
                     .with_cache(cache.clone())
@@ -60,6 +66,18 @@ impl EpochData {
             loader::batches_on_this_thread(self.train.clone(), self.train_pipe.clone(), pass)
         }
     }
+}
+
+/// `dataset` without the samples at `drop` (sorted indices).
+fn without(dataset: &Dataset, drop: &[usize]) -> Dataset {
+    let samples = dataset
+        .samples
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| drop.binary_search(i).is_err())
+        .map(|(_, s)| s.clone())
+        .collect();
+    Dataset { class_names: dataset.class_names.clone(), samples }
 }
 
 /// Sums over one epoch's steps, for its summary.

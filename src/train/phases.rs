@@ -47,6 +47,7 @@ pub(super) async fn run(
     // On resume: the scan put back into the split the run recorded.
     let splits = restored.as_ref().map_or(splits, |r| &r.splits);
     let config = check_data_and_precision(&options, device, splits, sink)?;
+    let leaked_val = data_health(&options, splits, &config, sink);
     let (config, plan) = plan_memory(&options, device, splits, config, sink)?;
     let mut run = Run::new(options, device, splits, config, plan);
     let record = restored.as_ref().map(|r| &r.record);
@@ -59,7 +60,7 @@ pub(super) async fn run(
         sink(Event::Warning(format!("nothing to train: {why}")));
         run.summary.stopped = run.trainer.state.epoch < run.config.train.epochs;
     } else {
-        let data = EpochData::new(splits, &run.config, run.augments_on_device(), run.options.store);
+        let data = EpochData::new(splits, &run.config, run.augments_on_device(), run.options.store, &leaked_val);
         while run.trainer.state.epoch < run.config.train.epochs {
             let epoch_start = Instant::now();
             let totals = run.train_epoch(&data, sink, stop).await?;
@@ -121,6 +122,46 @@ fn check_data_and_precision(
         )));
     }
     Ok(config)
+}
+
+/// Phase 1: the data's health ([`crate::data::health`]). In a run folder (with
+/// `data.find_duplicates`) every image is hashed and compared: the report goes to the folder
+/// ([`crate::data::health::REPORT_FILE`]) and one line of it to `sink`. Elsewhere (a page, the
+/// in-memory job: no file to point at) only the imbalance is warned. Returns the validation
+/// images to leave out of evaluation (`data.drop_leaked_val`), indices into `splits.val`.
+fn data_health(options: &RunOptions<'_>, splits: &Splits, config: &Config, sink: EventSink) -> Vec<usize> {
+    use crate::data::health;
+    let out = match options.store {
+        Store::Folder { out, .. } if config.data.find_duplicates => out,
+        _ => {
+            let imbalance = health::imbalance::Imbalance {
+                counts: splits.train.class_counts(),
+                class_names: splits.train.class_names.clone(),
+            };
+            if let Some(w) = imbalance.warning() {
+                sink(Event::Warning(w));
+            }
+            return vec![];
+        }
+    };
+    let report = health::scan(splits, &config.data);
+    let file = out.join(health::REPORT_FILE);
+    if let Err(e) = crate::atomic_file::write_atomic(&file, report.report().as_bytes()) {
+        sink(Event::Warning(format!("the data health report was not written: {e}")));
+    }
+    if let Some(line) = report.summary_line(&file.display().to_string()) {
+        sink(if report.warnings().is_empty() { Event::Info(line) } else { Event::Warning(line) });
+    }
+    let leaked = report.leaked_val_indices();
+    if config.data.drop_leaked_val && !leaked.is_empty() {
+        sink(Event::Info(format!(
+            "data.drop_leaked_val: validation leaves out its {} that copy training images ({} evaluated)",
+            crate::engine::words::count(leaked.len(), "image"),
+            splits.val.samples.len() - leaked.len()
+        )));
+        return leaked;
+    }
+    vec![]
 }
 
 /// Phase 1: numbers typed for another dataset size, made sense of: a batch larger than the

@@ -83,7 +83,11 @@ impl<'a> Run<'a> {
         let steps_per_epoch = crate::train::schedule::steps_per_epoch(splits.train.samples.len(), &config.train);
         let steps_total = steps_per_epoch * config.train.epochs;
         let precision = config.train.precision;
-        let trainer = Trainer::new(&config, precision, &device.device, classes.clone(), steps_total, steps_per_epoch);
+        let mut trainer = Trainer::new(&config, precision, &device.device, classes.clone(), steps_total, steps_per_epoch);
+        if config.train.class_weights != crate::config::ClassWeights::None {
+            let counts = splits.train.class_counts();
+            trainer.class_weights = Some(crate::config::class_balance::class_weights(config.train.class_weights, &counts));
+        }
         let out_dir = match options.store {
             Store::Folder { out, .. } => out.to_path_buf(),
             Store::Memory => PathBuf::new(),

@@ -63,14 +63,32 @@ impl StepError {
 /// # Shapes
 /// `logits` `[B, C]`, `labels` `[B]` -> loss `[1]`.
 pub fn smoothed_cross_entropy(logits: Tensor<2>, labels: Tensor<1, Int>, eps: f32) -> Tensor<1> {
+    weighted_smoothed_cross_entropy(logits, labels, eps, None)
+}
+
+/// [`smoothed_cross_entropy`] with each image's loss multiplied by its class's weight
+/// (`train.class_weights`, [`crate::config::class_balance::class_weights`]) before the mean:
+/// `mean_i(w[y_i] * loss_i)`. The balanced weights average 1 over the training set, so this is
+/// an unbiased estimate of the class-balanced loss whatever the batch holds (PyTorch's
+/// `CrossEntropyLoss(weight=...)` divides by the batch's summed weights instead, which makes a
+/// batch's rare images count less the more of them it holds).
+///
+/// # Shapes
+/// `logits` `[B, C]`, `labels` `[B]`, `class_weights` `[C]` -> loss `[1]`.
+pub fn weighted_smoothed_cross_entropy(
+    logits: Tensor<2>,
+    labels: Tensor<1, Int>,
+    eps: f32,
+    class_weights: Option<Tensor<1>>,
+) -> Tensor<1> {
     let [b, _] = logits.dims();
     let logp = burn::tensor::activation::log_softmax(logits, 1);
-    let nll = logp.clone().gather(1, labels.reshape([b, 1])).neg(); // [B, 1]
-    if eps == 0.0 {
-        return nll.mean();
+    let nll = logp.clone().gather(1, labels.clone().reshape([b, 1])).neg(); // [B, 1]
+    let per_image = if eps == 0.0 { nll } else { nll * (1.0 - eps) + logp.mean_dim(1).neg() * eps }; // [B, 1]
+    match class_weights {
+        Some(w) => (per_image.reshape([b]) * w.select(0, labels)).mean(),
+        None => per_image.mean(),
     }
-    let smooth = logp.mean_dim(1).neg(); // [B, 1]
-    (nll * (1.0 - eps) + smooth * eps).mean()
 }
 
 /// Squared global L2 norm of all gradients, as `torch.nn.utils.clip_grad_norm_` computes it.
@@ -121,6 +139,8 @@ pub(crate) struct Trainer {
     pub(crate) memory_cap: Option<u64>,
     /// Steps in a row whose loss was over [`EXPLODING_LOSS_FACTOR`] times the chance level.
     pub(crate) exploding_steps: usize,
+    /// Each class's loss weight `[C]` (`train.class_weights`); `None`: all 1.
+    pub(crate) class_weights: Option<Vec<f32>>,
 }
 
 /// A loss over this many times the chance-level loss `ln(classes)` (what an untrained network
@@ -181,6 +201,7 @@ impl Trainer {
             schedule,
             state,
             exploding_steps: 0,
+            class_weights: None,
             tracker: MemoryTracker::default(),
             memory_cap: config.memory.cap_to_budget.then_some(config.memory.memory_budget_bytes),
         }
@@ -354,6 +375,9 @@ impl Trainer {
         let mut correct_sum: Option<Tensor<1>> = None;
         let mut sampled = !sample_memory;
         let factor = self.state.split_factor;
+        let class_weights = self.class_weights.as_ref().map(|w| {
+            Tensor::<1>::from_data(burn::tensor::TensorData::new(w.clone(), [w.len()]), &self.ad_device)
+        });
         for chunk in batches.iter().flat_map(|b| b.split(factor)) {
             let n = chunk.len();
             let (images, labels) = self.input_tensors(chunk).map_err(StepError::Fatal)?;
@@ -372,7 +396,7 @@ impl Trainer {
             }
             let correct =
                 logits.clone().inner().argmax(1).reshape([n]).equal(labels.clone().inner()).int().sum().float();
-            let loss = smoothed_cross_entropy(logits, labels, eps);
+            let loss = weighted_smoothed_cross_entropy(logits, labels, eps, class_weights.clone());
             let weighted = loss.clone() * (scale * n as f32 / total as f32);
             accumulator.accumulate(model, GradientsParams::from_grads(weighted.backward(), model));
             let loss_n = loss.inner() * n as f32;

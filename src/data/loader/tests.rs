@@ -62,7 +62,7 @@ fn a_pass_built_on_the_iterating_thread_gives_the_workers_batches() {
     let pipe = Arc::new(super::SamplePipeline::from_config(&config, true));
     // Seven images in batches of 3 from the second batch on: a random order, augmentation
     // on, a short last batch.
-    let pass = super::Pass { order: Arc::new(vec![6, 2, 4, 0, 1, 5, 3]), batch_size: 3, skip_batches: 1, seed: 9 };
+    let pass = super::Pass { order: Arc::new(vec![6, 2, 4, 0, 1, 5, 3]), batch_size: 3, skip_batches: 1, seed: 9, repeats: false };
     let key = |b: super::Batch| (b.images, b.labels, b.height, b.width);
     let workers: Vec<_> = super::batches(dataset.clone(), pipe.clone(), pass.clone(), 2, 2).map(key).collect();
     let inline: Vec<_> = super::batches_on_this_thread(dataset, pipe, pass).map(key).collect();
@@ -121,4 +121,18 @@ fn split_edges_empty_one_and_more_parts_than_images() {
     assert!(batch(0).split(4).is_empty(), "an all-skipped batch yields nothing to run");
     assert_eq!(batch(5).split(1).len(), 1);
     assert_eq!(batch(2).split(8).iter().map(Batch::len).collect::<Vec<_>>(), vec![1, 1]);
+}
+
+#[test]
+fn a_class_balanced_epoch_draws_classes_evenly_and_is_seeded() {
+    // 60 samples of class 0 and 3 of class 1 (C34's shape).
+    let labels: Vec<usize> = (0..63).map(|i| usize::from(i >= 60)).collect();
+    let pass = super::Pass::class_balanced_epoch(&labels, 8, 5, 0, 0);
+    assert_eq!(pass.order.len(), 63);
+    assert!(pass.repeats);
+    let rare = pass.order.iter().filter(|&&i| labels[i] == 1).count();
+    // Binomial(63, 1/2): 31.5 expected, outside 20..=43 has probability under 1e-3.
+    assert!((20..=43).contains(&rare), "{rare} of 63 draws from the rare class");
+    assert_eq!(pass.order, super::Pass::class_balanced_epoch(&labels, 8, 5, 0, 0).order, "seeded");
+    assert_ne!(pass.order, super::Pass::class_balanced_epoch(&labels, 8, 5, 1, 0).order, "each epoch its own draw");
 }
