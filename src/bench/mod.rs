@@ -2,6 +2,7 @@
 //! (`bench memory` is in [`crate::bench::memory`], `bench loader` in [`crate::bench::loader`]).
 
 pub mod baseline;
+pub mod data_health;
 pub mod loader;
 pub mod memory;
 

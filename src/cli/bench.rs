@@ -65,10 +65,24 @@ fn bench_augment_training(
 #[derive(Args, Debug)]
 pub struct BenchArgs {
     /// `train` (throughput per backend), `memory` (predicted vs measured peak grid), `loader`
-    /// (the input pipeline alone, on generated 12 MP / 2 MP JPEGs and the bundled data) or `ui`
-    /// (the app's frame times while it trains; needs a display, e.g. `xvfb-run`).
-    #[arg(value_parser = ["train", "memory", "loader", "ui"])]
+    /// (the input pipeline alone, on generated 12 MP / 2 MP JPEGs and the bundled data), `ui`
+    /// (the app's frame times while it trains; needs a display, e.g. `xvfb-run`), `duplicates`
+    /// (the duplicate finder's recall and false matches on generated copies) or `label-errors`
+    /// (the label-issue ranking's recall on deliberately flipped labels).
+    #[arg(value_parser = ["train", "memory", "loader", "ui", "duplicates", "label-errors"])]
     what: String,
+    /// `duplicates`, `label-errors`: the dataset (default: the bundled Fashion-MNIST subset).
+    #[arg(value_parser = crate::data::user_path::UserPathParser, long)]
+    data: Option<PathBuf>,
+    /// `duplicates`: distinct pictures to copy and compare (the dataset's first ones).
+    #[arg(long, default_value_t = 2000)]
+    pictures: usize,
+    /// `label-errors`: share of the labels flipped to another class.
+    #[arg(long, default_value_t = 0.1)]
+    flip: f64,
+    /// `label-errors`: the flips' seed.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
     /// Images per generated photo set for `bench loader` (the bundled set uses 8 times as many).
     #[arg(long, default_value_t = 16)]
     images: usize,
@@ -167,6 +181,8 @@ pub fn bench(args: BenchArgs, app: super::App) -> anyhow::Result<ExitCode> {
             println!("{table}");
             json
         }
+        "duplicates" => bench_duplicates(&args)?,
+        "label-errors" => bench_label_errors(&args)?,
         _ => match bench_memory(&args)? {
             Some(json) => json,
             None => return Ok(ExitCode::SUCCESS),
@@ -176,6 +192,43 @@ pub fn bench(args: BenchArgs, app: super::App) -> anyhow::Result<ExitCode> {
         crate::atomic_file::write_atomic(&path, rows_json.as_bytes())?;
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `vramfit bench duplicates`: the table of [`crate::bench::data_health::bench_duplicates`];
+/// returns its rows as JSON.
+fn bench_duplicates(args: &BenchArgs) -> anyhow::Result<String> {
+    let splits = open_data(args.data.as_ref(), &Config::default(), false)?;
+    // Fashion-MNIST's 28 px items scaled to 112 px, so half-size copies stay pictures.
+    let scale = if args.data.is_none() { 4 } else { 1 };
+    let pictures = crate::bench::data_health::pictures_of(&splits.train, args.pictures, scale);
+    let thresholds = [12, 16, 20, 24, 28, 32, 40, 48];
+    let rows = crate::bench::data_health::bench_duplicates(&pictures, &thresholds);
+    println!("{}", crate::bench::data_health::duplicates_table(&rows, pictures.len()));
+    Ok(serde_json::to_string_pretty(&rows)?)
+}
+
+/// `vramfit bench label-errors`: [`crate::bench::data_health::bench_label_errors`] as a table;
+/// returns the result as JSON.
+fn bench_label_errors(args: &BenchArgs) -> anyhow::Result<String> {
+    let device = select_device(args.device.choice()?)?;
+    let config = super::load_config(args.configs.first().map_or("quickstart", String::as_str))?;
+    let splits = open_data(args.data.as_ref(), &config, false)?;
+    let r = crate::bench::data_health::bench_label_errors(&config, &splits, args.flip, args.seed, &device, &mut |line| {
+        eprintln!("{line}")
+    })?;
+    println!(
+        "{} epochs in {:.0} s on {}, validation accuracy {:.2}% against the flipped labels",
+        config.train.epochs,
+        r.train_secs,
+        device.name,
+        r.val_accuracy * 100.0
+    );
+    println!("| split | flipped | flagged | recall in the first `flipped` ranked | recall | precision |");
+    println!("|---|---|---|---|---|---|");
+    for (name, s) in [("train (in sample)", &r.train), ("validation", &r.val)] {
+        println!("| {name} | {} | {} | {:.3} | {:.3} | {:.3} |", s.flipped, s.flagged, s.recall_at_k, s.recall, s.precision);
+    }
+    Ok(serde_json::to_string_pretty(&r)?)
 }
 
 /// `vramfit bench train --compare BASELINE`: the baseline's configs on the baseline's backends,

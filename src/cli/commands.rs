@@ -11,6 +11,7 @@ use super::{ConfigArgs, DeviceArgs};
 use crate::config::Config;
 use crate::data::dataset::{self, ScanOptions, Splits};
 use crate::device::{self, DeviceChoice, SelectedDevice};
+use crate::inference::eval::percent_or_na;
 use crate::engine::session::{Job, JobOutput, Session};
 use crate::memory::{self, human_bytes};
 use crate::model::{self, LayerKind};
@@ -23,11 +24,7 @@ fn run_job(job: Job) -> anyhow::Result<JobOutput> {
 /// Opens `--data` (or the bundled subset) with the config's split settings.
 pub(super) fn open_data(data: Option<&PathBuf>, config: &Config, allow_empty: bool) -> anyhow::Result<Splits> {
     let path = data.cloned().unwrap_or_else(dataset::bundled_dataset_dir);
-    let opts = ScanOptions {
-        val_fraction: config.data.val_fraction,
-        seed: config.seed,
-        allow_empty_classes: allow_empty || config.data.allow_empty_classes,
-    };
+    let opts = ScanOptions::of(config, allow_empty);
     let splits = dataset::open(&path, &opts)?;
     if !splits.report.empty_classes.is_empty() {
         eprintln!("warning: skipped class folders with no images: {}", splits.report.empty_classes.join(", "));
@@ -64,8 +61,11 @@ pub struct EvalArgs {
     #[arg(value_parser = crate::data::user_path::UserPathParser, long)]
     data: Option<PathBuf>,
     /// Evaluate the training split instead.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "all_splits")]
     train_split: bool,
+    /// Evaluate the training and validation splits together (to rank every image's label).
+    #[arg(long)]
+    all_splits: bool,
     #[command(flatten)]
     device: DeviceArgs,
     /// Images per batch.
@@ -77,6 +77,10 @@ pub struct EvalArgs {
     /// Skip class folders without images (with a warning) instead of failing.
     #[arg(long)]
     allow_empty_classes: bool,
+    /// Where to write the images whose label the model doubts, most doubtful first (default:
+    /// label_issues.csv in the working directory).
+    #[arg(value_parser = crate::data::user_path::UserPathParser, long)]
+    label_issues: Option<PathBuf>,
 }
 
 /// `splits` put back into the split of the run `model` names, when it is a run folder that
@@ -107,7 +111,20 @@ pub fn eval(args: EvalArgs) -> anyhow::Result<ExitCode> {
     let device = select_device(args.device.choice()?)?;
     let config = crate::export::load_metadata(&args.model)?.inference_config();
     let splits = run_split(&args.model, open_data(args.data.as_ref(), &config, args.allow_empty_classes)?)?;
-    let data = if args.train_split { splits.train } else { splits.val };
+    let root = splits.root.clone();
+    let (data, split_names) = match (args.train_split, args.all_splits) {
+        (true, _) => (splits.train, vec!["train"; 0]),
+        (_, true) => {
+            let names = [vec!["train"; splits.train.samples.len()], vec!["val"; splits.val.samples.len()]].concat();
+            let mut all = splits.train;
+            all.samples.extend(splits.val.samples);
+            (all, names)
+        }
+        _ => (splits.val, vec![]),
+    };
+    let split_of = |i: usize| split_names.get(i).copied().unwrap_or(if args.train_split { "train" } else { "val" });
+    let names: Vec<String> =
+        data.samples.iter().map(|s| crate::data::health::relative_name(&s.source, &root)).collect();
     let job =
         Job::EvaluateExport { model: args.model.clone(), data, device: device.clone(), batch_size: args.batch_size };
     let JobOutput::Evaluated(r) = run_job(job)? else { bail!("the engine returned another job's output") };
@@ -126,6 +143,12 @@ pub fn eval(args: EvalArgs) -> anyhow::Result<ExitCode> {
         r.top5 * 100.0,
         r.loss
     );
+    println!(
+        "balanced accuracy {}  macro-F1 {} (every class weighs the same{})",
+        percent_or_na(r.balanced_accuracy()),
+        percent_or_na(r.macro_f1()),
+        if r.balanced_accuracy() < r.top1 - 0.05 { ": well under top-1, so small classes are neglected" } else { "" }
+    );
     print!("{}", super::render::eval_report(&r));
     // The CSV goes to --csv or the working directory, never beside the model (which may be
     // read-only); the evaluation succeeded either way, so failing to write it is a warning.
@@ -134,6 +157,7 @@ pub fn eval(args: EvalArgs) -> anyhow::Result<ExitCode> {
         Ok(()) => println!("\nconfusion matrix written to {}", csv.display()),
         Err(e) => eprintln!("warning: the confusion matrix was not saved ({e}); choose a writable file with --csv"),
     }
+    write_label_issues(&r, &names, &split_of, args.label_issues.unwrap_or_else(|| PathBuf::from("label_issues.csv")));
     if !r.skipped.is_empty() {
         println!("{} files skipped:", r.skipped.len());
         for (source, reason) in r.skipped.iter().take(10) {
@@ -144,6 +168,42 @@ pub fn eval(args: EvalArgs) -> anyhow::Result<ExitCode> {
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `eval`'s label issues: a count, the five most doubtful, and the whole ranking as CSV at
+/// `path` ([`crate::data::health::label_issues::to_csv`]); `names[i]` is the evaluated dataset's
+/// image `i` and `split_of(i)` its split.
+fn write_label_issues(
+    r: &crate::inference::eval::EvalResult,
+    names: &[String],
+    split_of: &dyn Fn(usize) -> &'static str,
+    path: PathBuf,
+) {
+    let issues = r.label_issues();
+    let row_names: Vec<String> = r.sample_indices.iter().map(|&i| names[i].clone()).collect();
+    let row_splits: Vec<&str> = r.sample_indices.iter().map(|&i| split_of(i)).collect();
+    println!(
+        "\nlabel issues: {} of {} images look mislabelled (confident learning: the model is confidently sure of \
+         another class){}",
+        issues.len(),
+        r.samples,
+        if issues.is_empty() { "" } else { "; the most doubtful:" }
+    );
+    for issue in issues.iter().take(5) {
+        println!(
+            "  {}: labelled {}, looks like {} (p {:.2} against {:.2})",
+            row_names[issue.index],
+            r.class_names[issue.given],
+            r.class_names[issue.predicted],
+            issue.given_probability,
+            issue.predicted_probability
+        );
+    }
+    let csv = crate::data::health::label_issues::to_csv(&issues, &row_names, &row_splits, &r.class_names);
+    match crate::atomic_file::write_atomic(&path, csv.as_bytes()) {
+        Ok(()) => println!("ranking written to {}", path.display()),
+        Err(e) => eprintln!("warning: the label issues were not saved ({e}); choose a writable file with --label-issues"),
+    }
 }
 
 /// `vramfit predict`.

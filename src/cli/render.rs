@@ -147,7 +147,7 @@ fn epoch_line(event: &Event) -> String {
 /// classes and confusions that matter, and the matrix goes to its CSV file only.
 pub(super) const EVAL_FULL_REPORT_CLASSES: usize = 20;
 
-/// `eval`'s report after its headline: per-class accuracy and the confusion matrix for up to
+/// `eval`'s report after its headline: per-class recall (accuracy), precision and images, and the confusion matrix for up to
 /// [`EVAL_FULL_REPORT_CLASSES`] classes; above, the 10 least accurate classes and the 10
 /// largest confusions (true -> predicted), so 1000 classes print 25 lines, not 2000.
 pub(super) fn eval_report(r: &crate::inference::eval::EvalResult) -> String {
@@ -155,11 +155,13 @@ pub(super) fn eval_report(r: &crate::inference::eval::EvalResult) -> String {
     let mut s = String::new();
     let width = r.class_names.iter().map(|c| c.chars().count()).max().unwrap_or(5).max(5);
     let accuracy = r.per_class_accuracy();
+    let precision = r.per_class_precision();
     let support = |c: usize| r.confusion[c].iter().sum::<u64>();
+    let pct = |v: f32| if v.is_finite() { format!("{:.1}%", v * 100.0) } else { "n/a".into() };
     if r.class_names.len() <= EVAL_FULL_REPORT_CLASSES {
-        let _ = writeln!(s, "\n{:width$}  accuracy", "class");
-        for (name, acc) in r.class_names.iter().zip(&accuracy) {
-            let _ = writeln!(s, "{name:width$}  {:.1}%", acc * 100.0);
+        let _ = writeln!(s, "\n{:width$}  {:>7}  {:>9}  {:>6}", "class", "recall", "precision", "images");
+        for (c, name) in r.class_names.iter().enumerate() {
+            let _ = writeln!(s, "{name:width$}  {:>7}  {:>9}  {:>6}", pct(accuracy[c]), pct(precision[c]), support(c));
         }
         let _ = writeln!(s, "\nconfusion matrix (rows: true class, columns: predicted, in class order)");
         for (name, row) in r.class_names.iter().zip(&r.confusion) {

@@ -153,6 +153,9 @@ pub struct DataConfig {
     pub drop_leaked_val: bool,
     /// Which images an epoch draws ([`Sampler`]).
     pub sampler: Sampler,
+    /// A labels CSV may name images outside its own folder (`..`, absolute paths elsewhere):
+    /// off, since such a file may come from anywhere.
+    pub csv_paths_outside: bool,
 }
 
 impl Default for DataConfig {
@@ -173,6 +176,7 @@ impl Default for DataConfig {
             find_duplicates: true,
             drop_leaked_val: false,
             sampler: Sampler::Shuffle,
+            csv_paths_outside: false,
         }
     }
 }

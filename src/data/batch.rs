@@ -27,6 +27,8 @@ pub struct Batch {
     pub images: Vec<f32>,
     /// `[batch]` class indices.
     pub labels: Vec<i64>,
+    /// `[batch]` each image's index in its dataset (evaluation keeps its per-image results by it).
+    pub indices: Vec<usize>,
     /// Height in pixels.
     pub height: usize,
     /// Width in pixels.
@@ -89,6 +91,8 @@ impl Batch {
                 Batch {
                     images: if packed.is_some() { vec![] } else { self.images[start * elems..end * elems].to_vec() },
                     labels: self.labels[start..end].to_vec(),
+                    // A batch made by hand (benchmarks' synthetic batches) may carry none.
+                    indices: self.indices.get(start..end).map(<[usize]>::to_vec).unwrap_or_default(),
                     height: self.height,
                     width: self.width,
                     skipped: vec![],

@@ -27,11 +27,7 @@ pub struct DataReport {
 /// # Errors
 /// [`crate::Error::Dataset`] when the folder cannot be used at all.
 pub fn report(path: &std::path::Path, config: &Config, allow_empty: bool) -> Result<DataReport> {
-    let opts = crate::data::dataset::ScanOptions {
-        val_fraction: config.data.val_fraction,
-        seed: config.seed,
-        allow_empty_classes: allow_empty || config.data.allow_empty_classes,
-    };
+    let opts = crate::data::dataset::ScanOptions::of(config, allow_empty);
     let (splits, refusals) = crate::data::dataset::survey(path, &opts)?;
     let pipe = SamplePipeline::from_config(config, false);
     let mut s = format!("dataset {}\n", splits.description);

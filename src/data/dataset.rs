@@ -10,7 +10,8 @@
 //! - a class with no image is an error naming it (or a warning with `allow_empty_classes`).
 //!
 //! An IDX folder holds `train-*` and optionally `t10k-*` image/label pairs (see [`crate::data::idx`]).
-//! A folder's files handed over in memory (a browser page's folder pick) follow the same
+//! A labels CSV file (`path,label[,split]`, paths relative to the file) is the third form
+//! (`labels_csv`). A folder's files handed over in memory (a browser page's folder pick) follow the same
 //! layout and rules ([`from_files`]).
 
 use std::path::{Path, PathBuf};
@@ -25,6 +26,7 @@ use crate::engine::error::{Error, Result};
 mod folder;
 mod formats;
 mod in_memory;
+mod labels_csv;
 use folder::scan_folder_inner;
 pub use folder::{image_files, scan_folder};
 pub use formats::{
@@ -32,6 +34,7 @@ pub use formats::{
     is_unsupported_format,
 };
 pub use in_memory::from_files;
+pub use labels_csv::is_labels_csv;
 
 /// The file vramfit writes into every run folder it creates, so no scan takes a run folder for
 /// data (its `checkpoints/` and `export/` would look like class folders with no images).
@@ -316,6 +319,21 @@ pub struct ScanOptions {
     pub seed: u64,
     /// Skip empty classes with a warning instead of failing.
     pub allow_empty_classes: bool,
+    /// A labels CSV may name images outside its folder (`data.csv_paths_outside`).
+    pub csv_paths_outside: bool,
+}
+
+impl ScanOptions {
+    /// The options `config` sets (`data.val_fraction`, `seed`, `data.allow_empty_classes` or
+    /// `allow_empty`, `data.csv_paths_outside`).
+    pub fn of(config: &crate::config::Config, allow_empty: bool) -> Self {
+        Self {
+            val_fraction: config.data.val_fraction,
+            seed: config.seed,
+            allow_empty_classes: allow_empty || config.data.allow_empty_classes,
+            csv_paths_outside: config.data.csv_paths_outside,
+        }
+    }
 }
 
 /// Is this directory entry name hidden or OS junk?
@@ -326,10 +344,12 @@ pub fn is_junk(name: &str) -> bool {
         || name == "__MACOSX"
 }
 
-/// Opens a dataset folder (ImageFolder or IDX) and splits it.
+/// Opens a dataset folder (ImageFolder or IDX) or labels CSV file (`path,label[,split]`, see
+/// `labels_csv`) and splits it.
 ///
 /// # Errors
-/// [`Error::Dataset`] naming the folder: missing, no classes, images in the root, empty classes.
+/// [`Error::Dataset`] naming the folder: missing, no classes, images in the root, empty classes;
+/// or the CSV file with each row that cannot be used.
 pub fn open(path: &Path, opts: &ScanOptions) -> Result<Splits> {
     open_inner(path, opts, None)
 }
@@ -348,6 +368,9 @@ pub fn survey(path: &Path, opts: &ScanOptions) -> Result<(Splits, Vec<String>)> 
 }
 
 fn open_inner(path: &Path, opts: &ScanOptions, mut refusals: Option<&mut Vec<String>>) -> Result<Splits> {
+    if labels_csv::is_labels_csv(path) {
+        return labels_csv::open(path, opts);
+    }
     let dir = if path.is_file() { path.parent().unwrap_or(Path::new(".")).to_path_buf() } else { path.to_path_buf() };
     if !dir.is_dir() {
         return Err(Error::Dataset {

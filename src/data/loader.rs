@@ -65,6 +65,7 @@ fn build_batch(dataset: &Dataset, pipeline: &SamplePipeline, pass: &Pass, b: usi
             continue;
         }
         batch.labels.push(sample.label as i64);
+        batch.indices.push(i);
         match made {
             Made::Cpu(chw, ..) => batch.images.extend_from_slice(&chw),
             Made::Device((crop, augment)) => crops.push((key, crop, augment)),

@@ -431,8 +431,7 @@ impl VramfitApp {
 
     /// How the knobs' config scans a dataset (validation split, its seed, empty classes).
     fn scan_options(&self) -> ScanOptions {
-        let c = &self.settings.config;
-        ScanOptions { val_fraction: c.data.val_fraction, seed: c.seed, allow_empty_classes: c.data.allow_empty_classes }
+        ScanOptions::of(&self.settings.config, false)
     }
 
     /// The estimate line shown beside the sliders.

@@ -33,12 +33,60 @@ pub struct EvalResult {
     pub samples: usize,
     /// Samples skipped (undecodable): (source, reason).
     pub skipped: Vec<(String, String)>,
+    /// Each evaluated image's softmax probabilities `[samples * classes]`, row-major, where
+    /// [`EvalSettings::keep_probabilities`] asked for them (else empty); not serialized.
+    #[serde(skip)]
+    pub probabilities: Vec<f32>,
+    /// `[samples]` the index in the evaluated dataset of each row of `probabilities`.
+    #[serde(skip)]
+    pub sample_indices: Vec<usize>,
+    /// `[samples]` the given label of each row of `probabilities`.
+    #[serde(skip)]
+    pub sample_labels: Vec<usize>,
 }
 
 impl EvalResult {
-    /// Accuracy of each class, 0..1 (NaN for a class without samples).
+    /// Accuracy of each class, 0..1 (NaN for a class without samples): its recall.
     pub fn per_class_accuracy(&self) -> Vec<f32> {
         self.confusion.iter().enumerate().map(|(i, row)| row[i] as f32 / row.iter().sum::<u64>() as f32).collect()
+    }
+
+    /// Precision of each class, 0..1: of the images predicted as it, the share that are (NaN
+    /// for a class never predicted).
+    pub fn per_class_precision(&self) -> Vec<f32> {
+        (0..self.confusion.len())
+            .map(|c| self.confusion[c][c] as f32 / self.confusion.iter().map(|row| row[c]).sum::<u64>() as f32)
+            .collect()
+    }
+
+    /// Balanced accuracy, 0..1: the mean recall over the classes that have images (scikit-learn's
+    /// `balanced_accuracy_score`); NaN without images. A model that ignores a small class loses
+    /// that class's whole share here, however few images it has.
+    pub fn balanced_accuracy(&self) -> f32 {
+        mean_finite(self.per_class_accuracy())
+    }
+
+    /// Macro-F1, 0..1: the mean over the classes that have images of `2 P R / (P + R)` (0 where
+    /// a class is never predicted correctly), as scikit-learn's `f1_score(average="macro")`
+    /// over the classes present; NaN without images.
+    pub fn macro_f1(&self) -> f32 {
+        let (precision, recall) = (self.per_class_precision(), self.per_class_accuracy());
+        let f1 = precision.iter().zip(&recall).map(|(&p, &r)| match (p, r) {
+            (_, r) if r.is_nan() => f32::NAN,
+            (p, r) if p.is_nan() || p + r == 0.0 => 0.0,
+            (p, r) => 2.0 * p * r / (p + r),
+        });
+        mean_finite(f1.collect())
+    }
+
+    /// The images whose given label the model doubts, most doubtful first
+    /// ([`crate::data::health::label_issues::rank`]); each issue's `index` is a row of
+    /// [`Self::sample_indices`]. Empty unless the probabilities were kept.
+    pub fn label_issues(&self) -> Vec<crate::data::health::label_issues::LabelIssue> {
+        if self.probabilities.is_empty() {
+            return vec![];
+        }
+        crate::data::health::label_issues::rank(&self.probabilities, &self.sample_labels, self.class_names.len())
     }
 
     /// The confusion matrix as CSV: header `true\predicted,<classes>`, one row per true class.
@@ -61,6 +109,12 @@ impl EvalResult {
     }
 }
 
+/// The mean of the finite values (NaN when there is none).
+fn mean_finite(values: Vec<f32>) -> f32 {
+    let finite: Vec<f32> = values.into_iter().filter(|v| v.is_finite()).collect();
+    if finite.is_empty() { f32::NAN } else { finite.iter().sum::<f32>() / finite.len() as f32 }
+}
+
 /// How [`evaluate`] batches, computes and checks its uploads.
 #[derive(Clone, Debug)]
 pub struct EvalSettings<'a> {
@@ -75,6 +129,9 @@ pub struct EvalSettings<'a> {
     /// Bytes one tensor may occupy on the device
     /// ([`crate::device::SelectedDevice::buffer_limit`]); `None` on the CPU.
     pub buffer_limit: Option<u64>,
+    /// Keep each image's probabilities ([`EvalResult::probabilities`], `4 * classes` bytes an
+    /// image) for the label-issue ranking.
+    pub keep_probabilities: bool,
 }
 
 /// Evaluates `model` (a validation snapshot, no autodiff) on `dataset`. Every batch is checked
@@ -132,9 +189,14 @@ pub async fn evaluate(
             )));
         }
         for chunk in batch.split(batch.len().div_ceil(fit)) {
-            let labels = chunk.labels.clone();
+            let (labels, indices) = (chunk.labels.clone(), chunk.indices.clone());
             let log_probs = batch_log_probs(model, chunk, device, precision).await?;
             count_batch(&log_probs, &labels, &mut result, &mut loss_sum, &mut top5_hits);
+            if settings.keep_probabilities {
+                result.probabilities.extend(log_probs.iter().map(|v| v.exp()));
+                result.sample_indices.extend(indices);
+                result.sample_labels.extend(labels.iter().map(|&l| l as usize));
+            }
         }
     }
     finish(&mut result, loss_sum, top5_hits);
@@ -240,6 +302,7 @@ pub fn evaluate_run(
         precision: Precision::F32,
         workers: config.data.workers,
         buffer_limit: device.buffer_limit(),
+        keep_probabilities: true,
     };
     pollster::block_on(evaluate(&model, Arc::new(data), pipe, &device.device, &settings))
 }
@@ -275,6 +338,7 @@ pub fn evaluate_export(
         precision: Precision::F32,
         workers: 0,
         buffer_limit: device.buffer_limit(),
+        keep_probabilities: true,
     };
     pollster::block_on(evaluate(&loaded.model, Arc::new(data), pipe, &device.device, &settings))
 }
@@ -282,6 +346,20 @@ pub fn evaluate_export(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_neglected_small_class_shows_in_balanced_accuracy_and_macro_f1() {
+        // C34's eval: 6 `common` right, the 1 `rare` image called `common`.
+        let r = EvalResult {
+            class_names: vec!["common".into(), "rare".into(), "absent".into()],
+            confusion: vec![vec![6, 0, 0], vec![1, 0, 0], vec![0, 0, 0]],
+            ..Default::default()
+        };
+        assert_eq!(r.balanced_accuracy(), 0.5, "the absent class is not averaged");
+        assert!(r.per_class_precision()[1].is_nan());
+        assert!((r.macro_f1() - (2.0 * (6.0 / 7.0) / (1.0 + 6.0 / 7.0)) / 2.0).abs() < 1e-6);
+        assert!(EvalResult::default().balanced_accuracy().is_nan());
+    }
 
     #[test]
     fn top_k_orders_by_value() {
@@ -296,6 +374,10 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(r.per_class_accuracy(), vec![0.75, 1.0]);
+        assert_eq!(r.per_class_precision(), vec![1.0, 2.0 / 3.0]);
+        assert_eq!(r.balanced_accuracy(), 0.875);
+        // F1: a 2*1*0.75/1.75 = 6/7, b 2*(2/3)*1/(5/3) = 4/5.
+        assert!((r.macro_f1() - (6.0 / 7.0 + 0.8) / 2.0).abs() < 1e-6);
         assert_eq!(r.confusion_csv(), "true\\predicted,\"a\",\"b \"\"x\"\"\"\n\"a\",3,1\n\"b \"\"x\"\"\",0,2\n");
     }
 }

@@ -124,32 +124,31 @@ fn check_data_and_precision(
     Ok(config)
 }
 
-/// Phase 1: the data's health ([`crate::data::health`]). In a run folder (with
-/// `data.find_duplicates`) every image is hashed and compared: the report goes to the folder
-/// ([`crate::data::health::REPORT_FILE`]) and one line of it to `sink`. Elsewhere (a page, the
-/// in-memory job: no file to point at) only the imbalance is warned. Returns the validation
-/// images to leave out of evaluation (`data.drop_leaked_val`), indices into `splits.val`.
+/// Phase 1: the data's health ([`crate::data::health`]): with `data.find_duplicates` every image
+/// is hashed and compared and one line of the report goes to `sink`, the whole into a run folder
+/// ([`crate::data::health::REPORT_FILE`]); without it only the imbalance is warned. Returns the
+/// validation images to leave out of evaluation (`data.drop_leaked_val`), indices into
+/// `splits.val`.
 fn data_health(options: &RunOptions<'_>, splits: &Splits, config: &Config, sink: EventSink) -> Vec<usize> {
     use crate::data::health;
-    let out = match options.store {
-        Store::Folder { out, .. } if config.data.find_duplicates => out,
-        _ => {
-            let imbalance = health::imbalance::Imbalance {
-                counts: splits.train.class_counts(),
-                class_names: splits.train.class_names.clone(),
-            };
-            if let Some(w) = imbalance.warning() {
-                sink(Event::Warning(w));
-            }
-            return vec![];
+    if !config.data.find_duplicates {
+        if let Some(w) = health::imbalance_of(splits).warning() {
+            sink(Event::Warning(w));
         }
-    };
-    let report = health::scan(splits, &config.data);
-    let file = out.join(health::REPORT_FILE);
-    if let Err(e) = crate::atomic_file::write_atomic(&file, report.report().as_bytes()) {
-        sink(Event::Warning(format!("the data health report was not written: {e}")));
+        return vec![];
     }
-    if let Some(line) = report.summary_line(&file.display().to_string()) {
+    let report = health::scan(splits, &config.data);
+    let whole = match options.store {
+        Store::Folder { out, .. } => {
+            let file = out.join(health::REPORT_FILE);
+            if let Err(e) = crate::atomic_file::write_atomic(&file, report.report().as_bytes()) {
+                sink(Event::Warning(format!("the data health report was not written: {e}")));
+            }
+            file.display().to_string()
+        }
+        Store::Memory => "`vramfit check-data` on the dataset".to_string(),
+    };
+    if let Some(line) = report.summary_line(&whole) {
         sink(if report.warnings().is_empty() { Event::Info(line) } else { Event::Warning(line) });
     }
     let leaked = report.leaked_val_indices();

@@ -84,6 +84,7 @@ pub fn overfit_check(
         precision,
         workers: cfg.data.workers,
         buffer_limit: device.buffer_limit(),
+        keep_probabilities: false,
     };
     let mut done = 0;
     // Consecutive steps whose batch was classified without error (before its update).

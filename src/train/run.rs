@@ -197,6 +197,7 @@ impl<'a> Run<'a> {
             precision: self.config.train.precision,
             workers,
             buffer_limit: self.device.buffer_limit(),
+            keep_probabilities: false,
         };
         let model = self.trainer.model().valid();
         eval::evaluate(&model, data.val.clone(), data.eval_pipe.clone(), &self.trainer.device, &settings).await
@@ -253,13 +254,15 @@ impl<'a> Run<'a> {
                 &out.join(crate::train::run_dir::EPOCHS_CSV),
                 EPOCHS_HEADER,
                 &format!(
-                    "{epoch},{},{},{},{},{},{secs:.1},{}",
+                    "{epoch},{},{},{},{},{},{secs:.1},{},{},{}",
                     cell(train_loss),
                     cell(train_accuracy),
                     eval::csv_cell(val.loss),
                     eval::csv_cell(val.top1),
                     eval::csv_cell(val.top5),
-                    totals.skipped
+                    totals.skipped,
+                    eval::csv_cell(val.balanced_accuracy()),
+                    eval::csv_cell(val.macro_f1()),
                 ),
             )?;
         }

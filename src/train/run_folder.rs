@@ -5,7 +5,7 @@
 use std::path::Path;
 
 use super::run::Run;
-use super::store::{Store, truncate_csv};
+use super::store::{EPOCHS_HEADER, METRICS_HEADER, Store, truncate_csv};
 use crate::config::{Config, Precision};
 use crate::data::dataset::Splits;
 use crate::data::split_record::SplitRecord;
@@ -214,8 +214,8 @@ impl Run<'_> {
             // Nothing to continue, so the run starts over with its stored config (a new `train`
             // would refuse the folder).
             sink(Event::Warning(format!("{} has no checkpoint yet: the run starts again from step 0", out.display())));
-            truncate_csv(&out.join(run_dir::METRICS_CSV), |_| false)?;
-            truncate_csv(&out.join(run_dir::EPOCHS_CSV), |_| false)?;
+            truncate_csv(&out.join(run_dir::METRICS_CSV), METRICS_HEADER, |_| false)?;
+            truncate_csv(&out.join(run_dir::EPOCHS_CSV), EPOCHS_HEADER, |_| false)?;
             return Ok(());
         }
         let (latest, with_optimizer) = self.checkpoint_to_resume(out, sink)?;
@@ -237,8 +237,8 @@ impl Run<'_> {
             state.batches_done_in_epoch = images_done / self.loader_batch;
             converted = true;
         }
-        let steps = truncate_csv(&out.join(run_dir::METRICS_CSV), |step| step <= state.global_step)?;
-        let epochs = truncate_csv(&out.join(run_dir::EPOCHS_CSV), |epoch| epoch < state.epoch)?;
+        let steps = truncate_csv(&out.join(run_dir::METRICS_CSV), METRICS_HEADER, |step| step <= state.global_step)?;
+        let epochs = truncate_csv(&out.join(run_dir::EPOCHS_CSV), EPOCHS_HEADER, |epoch| epoch < state.epoch)?;
         if steps + epochs > 0 {
             sink(Event::Info(format!(
                 "dropped {} of metrics.csv and {} of epochs.csv written after step {} (the checkpoint resumed from)",

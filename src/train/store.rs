@@ -48,27 +48,44 @@ pub(super) struct RunOptions<'a> {
 /// Header of `metrics.csv`.
 pub const METRICS_HEADER: &str = "step,epoch,loss,accuracy,lr,images_per_sec,bytes_in_use,bytes_reserved";
 /// Header of `epochs.csv`.
-pub const EPOCHS_HEADER: &str = "epoch,train_loss,train_accuracy,val_loss,val_accuracy,val_top5,secs,skipped";
+/// Columns were added at the end since the first version (`val_balanced_accuracy`,
+/// `val_macro_f1`); [`truncate_csv`] brings an older run's file up to date when it resumes.
+pub const EPOCHS_HEADER: &str =
+    "epoch,train_loss,train_accuracy,val_loss,val_accuracy,val_top5,secs,skipped,val_balanced_accuracy,val_macro_f1";
 
 /// Keeps the header and the rows of a CSV file whose first column `keep` accepts, dropping the
-/// rest (rows written after the checkpoint a run resumes from, so no step appears twice).
+/// rest (rows written after the checkpoint a run resumes from, so no step appears twice). A
+/// file written before columns were added to `header` (its header a prefix of it) gets `header`
+/// and empty cells in the new columns of its rows, so the rows appended next line up.
 ///
 /// # Errors
 /// [`Error::Io`] naming the file.
-pub(super) fn truncate_csv(path: &Path, keep: impl Fn(usize) -> bool) -> Result<usize> {
+pub(super) fn truncate_csv(path: &Path, header: &str, keep: impl Fn(usize) -> bool) -> Result<usize> {
     let Ok(text) = std::fs::read_to_string(path) else { return Ok(0) };
     let mut out = String::with_capacity(text.len());
     let mut dropped = 0;
+    let old = text.lines().next().unwrap_or_default();
+    let added = if old != header && header.starts_with(&format!("{old},")) {
+        header[old.len()..].matches(',').count()
+    } else {
+        0
+    };
     for (i, line) in text.lines().enumerate() {
         let first = line.split(',').next().and_then(|v| v.parse::<usize>().ok());
-        if i == 0 || first.is_some_and(&keep) {
+        if i == 0 && added > 0 {
+            out.push_str(header);
+            out.push('\n');
+        } else if i == 0 || first.is_some_and(&keep) {
             out.push_str(line);
+            if i > 0 {
+                out.push_str(&",".repeat(added));
+            }
             out.push('\n');
         } else {
             dropped += 1;
         }
     }
-    if dropped > 0 {
+    if dropped > 0 || added > 0 {
         crate::atomic_file::write_atomic(path, out.as_bytes())?;
     }
     Ok(dropped)

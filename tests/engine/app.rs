@@ -119,7 +119,7 @@ fn gui_preselects_the_cards_tier_for_a_folder_of_images() {
     let mut app = app_in(dir.path(), app_worker(None));
     let card = app.card_bytes().expect("lavapipe reports its memory");
     app.apply(Command::SetDataDir(Some(folder.clone())));
-    let scan = ScanOptions { val_fraction: 0.1, seed: 42, allow_empty_classes: false };
+    let scan = ScanOptions { val_fraction: 0.1, seed: 42, allow_empty_classes: false, csv_paths_outside: false };
     let classes = dataset::open(&folder, &scan).unwrap().train.class_names.len();
     let (name, config) = vramfit::config::presets::preset_for_card(card, classes, app.f16_available()).unwrap();
     assert_eq!(app.settings().preset, name);

@@ -78,7 +78,7 @@ fn property_random_mixes_of_good_and_undecodable_files_train_or_are_refused_neve
             decodable.push(n_good);
         }
         let splits =
-            dataset::open(&data, &ScanOptions { val_fraction: 0.0, seed: 1, allow_empty_classes: false }).unwrap();
+            dataset::open(&data, &ScanOptions { val_fraction: 0.0, seed: 1, allow_empty_classes: false, csv_paths_outside: false }).unwrap();
         let mut config = quickstart();
         config.train.epochs = 2;
         config.train.batch_size = rng.random_range(1..=4);
@@ -167,7 +167,7 @@ fn property_random_values_for_every_numeric_config_key_are_refused_by_name_or_tr
     assert!(keys.len() >= 30, "{keys:?}");
     let splits = dataset::open(
         &cases().join("C30/dataset"),
-        &ScanOptions { val_fraction: 0.2, seed: 1, allow_empty_classes: false },
+        &ScanOptions { val_fraction: 0.2, seed: 1, allow_empty_classes: false, csv_paths_outside: false },
     )
     .unwrap();
     let cpu = device::select(DeviceChoice::Cpu(CpuBackend::Flex)).unwrap();

@@ -16,7 +16,7 @@ pub(crate) fn close(px: [u8; 3], want: [u8; 3], tol: i32) -> bool {
 }
 
 pub(crate) fn scan(dir: &Path, allow_empty: bool) -> vramfit::Result<(dataset::Dataset, dataset::ScanReport)> {
-    dataset::scan_folder(dir, &ScanOptions { val_fraction: 0.0, seed: 0, allow_empty_classes: allow_empty })
+    dataset::scan_folder(dir, &ScanOptions { val_fraction: 0.0, seed: 0, allow_empty_classes: allow_empty, csv_paths_outside: false })
 }
 
 /// The default wgpu adapter, or `None` when the machine has none, unless `VRAMFIT_REQUIRE_GPU`
@@ -91,7 +91,7 @@ pub(crate) fn quickstart() -> Config {
 pub(crate) fn bundled() -> dataset::Splits {
     dataset::open(
         &dataset::bundled_dataset_dir(),
-        &ScanOptions { val_fraction: 0.1, seed: 42, allow_empty_classes: false },
+        &ScanOptions { val_fraction: 0.1, seed: 42, allow_empty_classes: false, csv_paths_outside: false },
     )
     .unwrap()
 }

@@ -27,7 +27,7 @@ fn c17_idx_variants() {
     assert!(err("wrong_ndim").contains("images must be 3-D"), "{}", err("wrong_ndim"));
     assert!(err("little_endian_header").contains("little-endian"), "{}", err("little_endian_header"));
     // As a dataset folder: the same errors, naming the file.
-    let opts = ScanOptions { val_fraction: 0.2, seed: 1, allow_empty_classes: false };
+    let opts = ScanOptions { val_fraction: 0.2, seed: 1, allow_empty_classes: false, csv_paths_outside: false };
     let e = dataset::open(&c17.join("wrong_magic"), &opts).unwrap_err().to_string();
     assert!(e.contains("train-images-idx3-ubyte"), "{e}");
     let ok = dataset::open(&c17.join("gzipped"), &opts).unwrap();

@@ -270,7 +270,7 @@ fn c15_mixed_sizes_in_mode_none_are_refused_before_training() {
 #[test]
 fn c42_every_jpeg_extension_is_an_image_and_unsupported_formats_are_named_with_the_fix() {
     let data = cases().join("C42/dataset");
-    let opts = ScanOptions { val_fraction: 0.0, seed: 1, allow_empty_classes: false };
+    let opts = ScanOptions { val_fraction: 0.0, seed: 1, allow_empty_classes: false, csv_paths_outside: false };
     let splits = dataset::open(&data, &opts).unwrap();
     let names: Vec<String> =
         splits.train.samples.iter().map(|s| s.source.describe().rsplit('/').next().unwrap().to_string()).collect();

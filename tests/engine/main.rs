@@ -21,6 +21,7 @@ use vramfit::train::{self, TrainRequest};
 
 mod app;
 mod augment;
+mod data_health;
 mod data_faults;
 mod depthwise_conv;
 mod folders;

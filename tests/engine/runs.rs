@@ -129,7 +129,7 @@ fn c20_training_into_a_folder_that_holds_a_run_is_refused_and_changes_nothing() 
     // The engine refuses too, so the app (which calls it directly) gets the same answer.
     let splits = dataset::open(
         &cases().join("C20/dataset_xyz"),
-        &ScanOptions { val_fraction: 0.1, seed: 1, allow_empty_classes: false },
+        &ScanOptions { val_fraction: 0.1, seed: 1, allow_empty_classes: false, csv_paths_outside: false },
     )
     .unwrap();
     let cpu = device::select(DeviceChoice::Cpu(CpuBackend::Flex)).unwrap();
@@ -402,7 +402,7 @@ fn c44_run_folders_are_never_scanned_as_data() {
     assert_eq!(code, Some(0), "{log}");
     let (ok, log) = cli_train(&photos, &photos.join("runs/second"), &["--epochs", "1", "--batch-size", "4"]);
     assert!(ok && !log.contains("no images"), "{log}");
-    let splits = dataset::open(&photos, &ScanOptions { val_fraction: 0.2, seed: 1, allow_empty_classes: false });
+    let splits = dataset::open(&photos, &ScanOptions { val_fraction: 0.2, seed: 1, allow_empty_classes: false, csv_paths_outside: false });
     assert_eq!(splits.unwrap().train.class_names, ["a", "b"]);
     // The dataset folder itself as --out: refused, naming both; the dataset is untouched.
     let before = snapshot_files(&photos);

@@ -64,6 +64,7 @@ fn in_memory_training_learns_and_reports_as_the_run_folder_loop_does() {
         precision: config.train.precision,
         workers: 0,
         buffer_limit: None,
+        keep_probabilities: false,
     };
     let pipeline = Arc::new(SamplePipeline::from_config(&config, false));
     let device = CpuBackend::Flex.device();

@@ -15,7 +15,7 @@ use std::collections::{BTreeSet, HashMap};
 use rayon::prelude::*;
 use serde::Serialize;
 
-use super::hashes::{ImageHashes, distance};
+use super::hashes::{ImageHashes, Perceptual, distance};
 use crate::data::split_record::Split;
 
 /// Above this many images only exact copies are searched (every pair of perceptual hashes is
@@ -156,7 +156,7 @@ pub fn find(images: &[(Member, Option<ImageHashes>)], near_bits: u32) -> Duplica
 /// Every pair `(i, j)`, `i < j`, of non-flat images whose perceptual hashes (or one's and the
 /// other's mirror image's) are at most `near_bits` apart, with the kind of the link.
 fn near_links(images: &[(Member, Option<ImageHashes>)], near_bits: u32) -> Vec<(usize, usize, MatchKind)> {
-    let hashes: Vec<Option<(u64, u64)>> =
+    let hashes: Vec<Option<(Perceptual, Perceptual)>> =
         images.iter().map(|(_, h)| h.filter(|h| !h.flat).map(|h| (h.perceptual, h.mirrored))).collect();
     (0..hashes.len())
         .into_par_iter()
@@ -164,7 +164,7 @@ fn near_links(images: &[(Member, Option<ImageHashes>)], near_bits: u32) -> Vec<(
             let hashes = &hashes;
             let mine = hashes[i];
             (i + 1..hashes.len()).filter_map(move |j| {
-                let ((p, m), (q, n)) = (mine?, hashes[j]?);
+                let ((p, m), (q, n)) = (mine.as_ref()?, hashes[j].as_ref()?);
                 if distance(p, q) <= near_bits {
                     Some((i, j, MatchKind::Near))
                 } else if distance(p, n).min(distance(m, q)) <= near_bits {
@@ -236,7 +236,8 @@ mod tests {
     }
 
     fn hashes(bytes: u128, pixels: u128, perceptual: u64) -> Option<ImageHashes> {
-        Some(ImageHashes { bytes, pixels, perceptual, mirrored: perceptual.reverse_bits(), flat: false })
+        let spread = |w: u64| [w; super::super::hashes::WORDS];
+        Some(ImageHashes { bytes, pixels, perceptual: spread(perceptual), mirrored: spread(perceptual.reverse_bits()), flat: false })
     }
 
     #[test]
@@ -252,7 +253,7 @@ mod tests {
             (member(Split::Train, "cat/d.png", "cat"), hashes(6, 6, 0xFFFF_0000_FFFF_0000)),
             (member(Split::Val, "cat/e.png", "cat"), None),
         ];
-        let d = find(&images, 4);
+        let d = find(&images, 4 * super::super::hashes::WORDS as u32);
         assert_eq!(d.groups.len(), 3);
         assert_eq!(d.groups[0].kind, MatchKind::ByteIdentical);
         assert_eq!(d.groups[1].kind, MatchKind::PixelIdentical);
@@ -268,11 +269,12 @@ mod tests {
 
     #[test]
     fn a_mirror_match_is_its_own_kind_and_flat_images_match_by_pixels_only() {
-        let p = 0x1234_5678_9ABC_DEF0_u64;
-        let flat = |bytes, pixels| Some(ImageHashes { bytes, pixels, perceptual: 0, mirrored: 0, flat: true });
+        let p = [0x1234_5678_9ABC_DEF0_u64; super::super::hashes::WORDS];
+        let not_p = p.map(|w| !w);
+        let flat = |bytes, pixels| Some(ImageHashes { bytes, pixels, perceptual: [0; 4], mirrored: [0; 4], flat: true });
         let images = vec![
-            (member(Split::Train, "a/x.png", "a"), Some(ImageHashes { bytes: 1, pixels: 1, perceptual: p, mirrored: !p, flat: false })),
-            (member(Split::Train, "a/y.png", "a"), Some(ImageHashes { bytes: 2, pixels: 2, perceptual: !p, mirrored: p, flat: false })),
+            (member(Split::Train, "a/x.png", "a"), Some(ImageHashes { bytes: 1, pixels: 1, perceptual: p, mirrored: not_p, flat: false })),
+            (member(Split::Train, "a/y.png", "a"), Some(ImageHashes { bytes: 2, pixels: 2, perceptual: not_p, mirrored: p, flat: false })),
             (member(Split::Train, "a/white.png", "a"), flat(3, 3)),
             (member(Split::Train, "a/black.png", "a"), flat(4, 4)),
         ];

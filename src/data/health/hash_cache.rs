@@ -11,7 +11,7 @@ use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
-use super::hashes::ImageHashes;
+use super::hashes::{ImageHashes, Perceptual, WORDS};
 
 /// A file's identity for the cache: its size in bytes and modification time (ns since 1970).
 pub type FileStamp = (u64, u128);
@@ -59,16 +59,33 @@ impl HashCache {
             let Some(p) = path.to_str().filter(|p| !p.contains(['\t', '\n', '\r'])) else { continue };
             let _ = writeln!(
                 text,
-                "{size}\t{mtime}\t{:032x}\t{:032x}\t{:016x}\t{:016x}\t{}\t{p}",
+                "{size}\t{mtime}\t{:032x}\t{:032x}\t{}\t{}\t{}\t{p}",
                 h.bytes,
                 h.pixels,
-                h.perceptual,
-                h.mirrored,
+                hex(&h.perceptual),
+                hex(&h.mirrored),
                 u8::from(h.flat)
             );
         }
         crate::atomic_file::write_atomic(file, text.as_bytes()).is_ok()
     }
+}
+
+/// A perceptual hash as hex, word 0 first.
+fn hex(h: &Perceptual) -> String {
+    h.iter().map(|w| format!("{w:016x}")).collect()
+}
+
+/// [`hex`] read back; `None` unless it is exactly that.
+fn unhex(s: &str) -> Option<Perceptual> {
+    let mut h = [0u64; WORDS];
+    if s.len() != 16 * WORDS {
+        return None;
+    }
+    for (i, w) in h.iter_mut().enumerate() {
+        *w = u64::from_str_radix(s.get(16 * i..16 * (i + 1))?, 16).ok()?;
+    }
+    Some(h)
 }
 
 /// One cache line back as (path, (stamp, hashes)); `None` when it does not parse.
@@ -78,8 +95,8 @@ fn parse_line(line: &str) -> Option<(PathBuf, (FileStamp, ImageHashes))> {
     let mtime = f.next()?.parse().ok()?;
     let bytes = u128::from_str_radix(f.next()?, 16).ok()?;
     let pixels = u128::from_str_radix(f.next()?, 16).ok()?;
-    let perceptual = u64::from_str_radix(f.next()?, 16).ok()?;
-    let mirrored = u64::from_str_radix(f.next()?, 16).ok()?;
+    let perceptual = unhex(f.next()?)?;
+    let mirrored = unhex(f.next()?)?;
     let flat = match f.next()? {
         "0" => false,
         "1" => true,
@@ -96,7 +113,7 @@ mod tests {
     #[test]
     fn stored_hashes_read_back_while_the_stamp_matches() {
         let dir = tempfile::tempdir().unwrap();
-        let h = ImageHashes { bytes: 1 << 100, pixels: 7, perceptual: u64::MAX, mirrored: 3, flat: true };
+        let h = ImageHashes { bytes: 1 << 100, pixels: 7, perceptual: [u64::MAX, 1, 2, 3], mirrored: [3; WORDS], flat: true };
         let cache = HashCache::open(Some(dir.path()), Path::new("/data/set"));
         let files = vec![(PathBuf::from("/data/set/a b/c.png"), (10, 99), h)];
         assert!(cache.store(&files));
@@ -108,9 +125,12 @@ mod tests {
 
     #[test]
     fn a_damaged_line_is_dropped_not_misread() {
-        assert!(parse_line("10\t99\tzz\t7\t1\t1\t0\t/x.png").is_none());
-        assert!(parse_line("10\t99\t1\t7\t1\t1\t2\t/x.png").is_none());
+        let h = "0".repeat(16 * WORDS);
+        let line = |bytes: &str, p: &str, flat: &str| format!("10\t99\t{bytes}\t7\t{p}\t{h}\t{flat}\t/x\ty.png");
+        assert!(parse_line(&line("1", &h, "0")).is_some_and(|(p, _)| p == Path::new("/x\ty.png")));
+        assert!(parse_line(&line("zz", &h, "0")).is_none());
+        assert!(parse_line(&line("1", &h, "2")).is_none());
+        assert!(parse_line(&line("1", &h[1..], "0")).is_none(), "a cut hash");
         assert!(parse_line("10\t99\t1\t7").is_none());
-        assert!(parse_line("10\t99\t1\t7\t1\t1\t0\t/x\ty.png").is_some_and(|(p, _)| p == Path::new("/x\ty.png")));
     }
 }

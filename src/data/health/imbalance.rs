@@ -1,15 +1,15 @@
-//! Class imbalance: the ratio of the largest training class to the smallest, and when it is
-//! worth a warning.
+//! Class imbalance: the ratio of the largest class to the smallest, and when it is worth a
+//! warning.
 
 use serde::Serialize;
 
-/// Largest/smallest training class above which `check-data` and `train` warn. At 3:1 a model
+/// Largest/smallest class above which `check-data` and `train` warn. At 3:1 a model
 /// trained for plain accuracy already gives up recall on the small class where classes look
 /// alike (C34, 20:1: the 3 `rare` images were all classified `common`); below it, imbalance
 /// rarely matters next to the data's other faults.
 pub const WARN_RATIO: f64 = 3.0;
 
-/// The training split's class sizes.
+/// A dataset's class sizes.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Imbalance {
     /// Images per class, label order.

@@ -5,7 +5,9 @@
 //! For each class `j` the threshold `t_j` is the model's average probability of `j` over the
 //! images labelled `j` (its own confidence on that class). An image labelled `i` is *confidently*
 //! of class `j` when `p_j >= t_j`; of several such classes, the most probable. An image
-//! confidently of a class other than its label is an issue. Issues are ranked by the
+//! confidently of a class other than its label, and whose most probable class is not its label
+//! either (cleanlab's `filter_by="both"`: on a small class the threshold is low, and alone it
+//! flags images the model still gives their label), is an issue. Issues are ranked by the
 //! probability of the given label, lowest first ("self-confidence", the paper's and cleanlab's
 //! default ranking).
 //!
@@ -48,7 +50,11 @@ pub fn rank(probs: &[f32], labels: &[usize], classes: usize) -> Vec<LabelIssue> 
             let predicted = (0..classes)
                 .filter(|&j| thresholds[j].is_some_and(|t| row[j] >= t))
                 .max_by(|&a, &b| row[a].total_cmp(&row[b]).then(b.cmp(&a)))?;
-            (predicted != given).then(|| LabelIssue {
+            // And the model's most probable class is not the given one (cleanlab's
+            // `filter_by="both"`): a small class's low threshold alone does not flag an image
+            // the model still gives its label.
+            let top = (0..classes).max_by(|&a, &b| row[a].total_cmp(&row[b]).then(b.cmp(&a)))?;
+            (predicted != given && top != given).then(|| LabelIssue {
                 index,
                 given,
                 predicted,

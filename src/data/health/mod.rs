@@ -38,14 +38,17 @@ pub const REPORT_FILE: &str = "data_health.txt";
 const HASH_DECODE_SIDE: u32 = 64;
 
 /// Groups listed per kind in the report (the rest are counted).
-const LISTED: usize = 20;
+const LISTED: usize = 10;
+
+/// Files listed per group in the report (the rest are counted).
+const LISTED_FILES: usize = 4;
 
 /// A dataset's health: its copies and its class balance.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct DataHealth {
     /// Groups of copies.
     pub duplicates: Duplicates,
-    /// The training split's class sizes.
+    /// The class sizes (training and validation).
     pub imbalance: Imbalance,
     /// Images hashed (training and validation).
     pub images: usize,
@@ -74,9 +77,15 @@ pub fn scan(splits: &Splits, data: &DataConfig) -> DataHealth {
         .map(|&(split, index)| {
             let dataset = if split == Split::Train { &splits.train } else { &splits.val };
             let sample = &dataset.samples[index];
+            let path = match &sample.source {
+                // IDX images by the split's file: `val idx image #3` is image 3 of the file
+                // validation reads (t10k-*, or train-* where validation is held out of it).
+                SampleSource::Idx { index, .. } => format!("{} idx image #{index}", split_name(split)),
+                source => relative_name(source, &splits.root),
+            };
             let member = Member {
                 split,
-                path: relative_name(&sample.source, &splits.root),
+                path,
                 class: dataset.class_names[sample.label].clone(),
                 index,
             };
@@ -96,11 +105,31 @@ pub fn scan(splits: &Splits, data: &DataConfig) -> DataHealth {
     let images: Vec<(Member, Option<ImageHashes>)> = hashed.into_iter().map(|(m, h, _)| (m, h)).collect();
     DataHealth {
         duplicates: duplicates::find(&images, hashes::NEAR_BITS),
-        imbalance: Imbalance { counts: splits.train.class_counts(), class_names: splits.train.class_names.clone() },
+        imbalance: imbalance_of(splits),
         images: images.len(),
         undecodable,
         from_cache,
         secs: started.elapsed().as_secs_f64(),
+    }
+}
+
+/// The class sizes of `splits`, training and validation images together (validation's labels
+/// index the training split's classes).
+pub fn imbalance_of(splits: &Splits) -> Imbalance {
+    let mut counts = splits.train.class_counts();
+    for s in &splits.val.samples {
+        if let Some(c) = counts.get_mut(s.label) {
+            *c += 1;
+        }
+    }
+    Imbalance { counts, class_names: splits.train.class_names.clone() }
+}
+
+/// `train` or `val`.
+pub fn split_name(split: Split) -> &'static str {
+    match split {
+        Split::Train => "train",
+        Split::Val => "val",
     }
 }
 
@@ -140,7 +169,7 @@ fn hash_source(
 }
 
 /// A sample's name in reports: a file's path relative to the dataset folder, `/`-separated.
-fn relative_name(source: &SampleSource, root: &Path) -> String {
+pub fn relative_name(source: &SampleSource, root: &Path) -> String {
     match source {
         SampleSource::File(p) | SampleSource::Encoded { path: p, .. } => {
             let rel = p.strip_prefix(root).unwrap_or(p);
@@ -209,7 +238,7 @@ impl DataHealth {
 
     /// The whole report: a heading line, then copies under two labels, validation copies of
     /// training images and copies inside a class, each group with its files and how they match
-    /// (at most 20 groups per kind; the rest counted), then the imbalance.
+    /// (at most 10 groups per kind and 4 files per group; the rest counted), then the imbalance.
     pub fn report(&self) -> String {
         let mut s = String::new();
         let d = &self.duplicates;
@@ -234,21 +263,23 @@ impl DataHealth {
         }
         let conflicts: Vec<_> = d.conflicts().collect();
         write_groups(&mut s, "the same picture under two labels (one label is wrong)", &conflicts);
-        let leaked = d.leaked();
-        if !leaked.is_empty() {
+        let leaking: Vec<_> = d.groups.iter().filter(|g| !g.leaked().is_empty()).collect();
+        if !leaking.is_empty() {
             let _ = writeln!(
                 s,
                 "validation images that copy training images: {} (validation accuracy is inflated; \
                  data.drop_leaked_val = true evaluates without them)",
                 self.leaked_val_indices().len()
             );
-            for (m, g) in leaked.iter().take(LISTED) {
-                let of: Vec<&str> =
-                    g.members.iter().filter(|o| o.split == Split::Train).map(|o| o.path.as_str()).collect();
-                let _ = writeln!(s, "  {} = {} ({})", m.path, of.join(", "), g.kind.describe());
+            for g in leaking.iter().take(LISTED) {
+                let in_split = |split| -> Vec<String> {
+                    g.members.iter().filter(|m| m.split == split).map(|m| m.path.clone()).collect()
+                };
+                let (val, train) = (in_split(Split::Val), in_split(Split::Train));
+                let _ = writeln!(s, "  {} = {} ({})", some(&val, ", "), some(&train, ", "), g.kind.describe());
             }
-            if leaked.len() > LISTED {
-                let _ = writeln!(s, "  and {} more", leaked.len() - LISTED);
+            if leaking.len() > LISTED {
+                let _ = writeln!(s, "  and {} more groups", leaking.len() - LISTED);
             }
         }
         let within: Vec<_> = d.within_class().collect();
@@ -256,7 +287,7 @@ impl DataHealth {
         let counts = &self.imbalance.counts;
         let _ = writeln!(
             s,
-            "class imbalance (training images): largest/smallest = {:.1}{}",
+            "class imbalance: largest/smallest = {:.1}{}",
             self.imbalance.ratio(),
             if counts.len() > 1 { format!(" (warned above {:.0})", imbalance::WARN_RATIO) } else { String::new() }
         );
@@ -285,9 +316,16 @@ fn write_groups(s: &mut String, title: &str, groups: &[&duplicates::DuplicateGro
             .iter()
             .map(|m| if g.is_conflict() { format!("{} [{}]", m.path, m.class) } else { m.path.clone() })
             .collect();
-        let _ = writeln!(s, "  {} ({})", files.join(" = "), g.kind.describe());
+        let _ = writeln!(s, "  {} ({})", some(&files, " = "), g.kind.describe());
     }
     if groups.len() > LISTED {
-        let _ = writeln!(s, "  and {} more", groups.len() - LISTED);
+        let _ = writeln!(s, "  and {} more groups", groups.len() - LISTED);
     }
+}
+
+/// Files a report line names of a group: up to [`LISTED_FILES`] joined by `sep`, then how many
+/// more.
+fn some(files: &[String], sep: &str) -> String {
+    let shown = files[..files.len().min(LISTED_FILES)].join(sep);
+    if files.len() > LISTED_FILES { format!("{shown} and {} more", files.len() - LISTED_FILES) } else { shown }
 }

@@ -1,0 +1,270 @@
+//! A dataset given as a CSV file of image paths and labels, as Kaggle and most labelling tools
+//! export them: `path,label` with an optional `split` column.
+//!
+//! Rules:
+//! - Fields as RFC 4180 writes them: a field holding a comma or a quote is quoted, a quote inside
+//!   doubled (`""`); a field may not span lines. A UTF-8 byte-order mark and blank lines are
+//!   skipped; `\r\n` line ends are read like `\n`.
+//! - The first row is a header when one of its cells is a column name ([`PATH_NAMES`],
+//!   [`LABEL_NAMES`], `split`, any case): columns are then found by name, in any order, and
+//!   others are ignored. Without a header the columns are `path,label[,split]`.
+//! - A path is relative to the CSV file's folder (`/` or `\` separated) or absolute. One that
+//!   leaves the folder (`..`, an absolute path elsewhere) is refused, naming the line, unless
+//!   `data.csv_paths_outside = true`: a CSV from the internet could otherwise point training,
+//!   and the reports that name files, anywhere on the disk.
+//! - `split` is `train`, `val` (`valid`, `validation`) or `test` (validation too); an empty cell
+//!   or no split column puts the row under the held-out rule folders follow
+//!   (`data.val_fraction`, stratified and seeded).
+//! - Classes are the labels, byte-exact, in code-point order (as folder names are).
+//! - Every row that cannot be used is an error naming the file and line: a missing image file,
+//!   an empty label, a malformed row, an unknown split. All of them are listed (up to 10, then
+//!   counted), so one pass fixes the file.
+
+use std::collections::BTreeSet;
+use std::path::{Component, Path, PathBuf};
+
+use super::{Dataset, Sample, SampleSource, ScanReport, Splits, held_out_note, split};
+use crate::engine::error::{Error, Result};
+
+/// Header names of the path column.
+pub const PATH_NAMES: [&str; 7] = ["path", "file", "filename", "file_name", "image", "image_path", "filepath"];
+
+/// Header names of the label column.
+pub const LABEL_NAMES: [&str; 5] = ["label", "class", "category", "target", "class_name"];
+
+/// Problems listed in one error before the rest are counted.
+const LISTED: usize = 10;
+
+/// Whether `path` names a labels CSV file (by its extension, any case).
+pub fn is_labels_csv(path: &Path) -> bool {
+    path.is_file() && path.extension().is_some_and(|e| e.eq_ignore_ascii_case("csv"))
+}
+
+/// Which column holds what.
+struct Columns {
+    path: usize,
+    label: usize,
+    split: Option<usize>,
+}
+
+/// One usable row.
+struct Row {
+    file: PathBuf,
+    label: String,
+    split: Option<crate::data::split_record::Split>,
+}
+
+/// Opens the labels CSV `csv` and splits it (module docs); `outside` allows paths that leave
+/// the file's folder.
+///
+/// # Errors
+/// [`Error::Dataset`] naming the file: unreadable, not UTF-8, no rows, or each row that cannot be
+/// used with its line number and the fix.
+pub fn open(csv: &Path, opts: &super::ScanOptions) -> Result<Splits> {
+    let err = |message: String| Error::Dataset { path: csv.into(), message };
+    let text = std::fs::read(csv).map_err(|e| err(format!("cannot read the labels file: {e}")))?;
+    let text = String::from_utf8(text).map_err(|e| {
+        err(format!("is not UTF-8 (byte {}); save it as UTF-8 (CSV UTF-8 in a spreadsheet)", e.utf8_error().valid_up_to()))
+    })?;
+    let root = csv.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new(".")).to_path_buf();
+    let (rows, problems) = read_rows(&text, &root, opts.csv_paths_outside);
+    if !problems.is_empty() {
+        let mut message = format!("{} that cannot be used:", crate::engine::words::count(problems.len(), "row"));
+        for p in problems.iter().take(LISTED) {
+            message.push_str(&format!("\n  {p}"));
+        }
+        if problems.len() > LISTED {
+            message.push_str(&format!("\n  and {} more", problems.len() - LISTED));
+        }
+        return Err(err(message));
+    }
+    if rows.is_empty() {
+        return Err(err("has no rows; write one `path,label` row per image".into()));
+    }
+    let class_names: Vec<String> = rows.iter().map(|r| r.label.clone()).collect::<BTreeSet<_>>().into_iter().collect();
+    let sample = |r: &Row| Sample {
+        source: SampleSource::File(r.file.clone()),
+        label: class_names.binary_search(&r.label).unwrap_or(0),
+    };
+    let dataset = |samples: Vec<Sample>| Dataset { class_names: class_names.clone(), samples };
+    use crate::data::split_record::Split;
+    let given = |s: Split| dataset(rows.iter().filter(|r| r.split == Some(s)).map(sample).collect());
+    let (mut train, mut val) = (given(Split::Train), given(Split::Val));
+    let unsplit = dataset(rows.iter().filter(|r| r.split.is_none()).map(sample).collect());
+    let held_out = !unsplit.samples.is_empty();
+    let note = if held_out {
+        let (t, v) = split(unsplit, opts);
+        let note = held_out_note(&t, &v, opts);
+        train.samples.extend(t.samples);
+        val.samples.extend(v.samples);
+        note
+    } else {
+        format!("{} train / {} validation rows", train.samples.len(), val.samples.len())
+    };
+    Ok(Splits {
+        description: format!("{} (labels CSV, {} rows; {note})", csv.display(), rows.len()),
+        train,
+        val,
+        report: ScanReport::default(),
+        root,
+        held_out,
+    })
+}
+
+/// The usable rows of `text` and a message for each row that is not (`file.csv line N: ...`).
+fn read_rows(text: &str, root: &Path, outside: bool) -> (Vec<Row>, Vec<String>) {
+    let mut lines = text.trim_start_matches('\u{feff}').lines().enumerate().filter(|(_, l)| !l.trim().is_empty());
+    let (mut rows, mut problems) = (Vec::new(), Vec::new());
+    let Some((first_no, first)) = lines.next() else { return (rows, problems) };
+    let header = fields(first).ok();
+    let columns = header.as_ref().and_then(|h| columns_of(h));
+    let mut all: Vec<(usize, &str)> = lines.collect();
+    if columns.is_none() {
+        all.insert(0, (first_no, first));
+    }
+    let columns = columns.unwrap_or(Columns { path: 0, label: 1, split: Some(2) });
+    for (no, line) in all {
+        match row(line, &columns, root, outside) {
+            Ok(r) => rows.push(r),
+            Err(why) => problems.push(format!("line {}: {why}", no + 1)),
+        }
+    }
+    (rows, problems)
+}
+
+/// The columns a header row names; `None` when no cell is a column name (a data row).
+fn columns_of(header: &[String]) -> Option<Columns> {
+    let find = |names: &[&str]| header.iter().position(|h| names.iter().any(|n| h.trim().eq_ignore_ascii_case(n)));
+    let (path, label, split) = (find(&PATH_NAMES), find(&LABEL_NAMES), find(&["split", "subset", "fold"]));
+    if path.is_none() && label.is_none() && split.is_none() {
+        return None;
+    }
+    // A header naming only some columns: the others in their usual places.
+    Some(Columns { path: path.unwrap_or(0), label: label.unwrap_or(1), split })
+}
+
+/// One data row as a [`Row`], or why it cannot be used.
+fn row(line: &str, columns: &Columns, root: &Path, outside: bool) -> std::result::Result<Row, String> {
+    let cells = fields(line)?;
+    let cell = |i: usize| cells.get(i).map(|c| c.trim()).unwrap_or("");
+    if cells.len() < 2 {
+        return Err(format!("{line:?} has {} field; write `path,label`", cells.len()));
+    }
+    let (path, label) = (cell(columns.path), cell(columns.label));
+    if path.is_empty() {
+        return Err("the path is empty".into());
+    }
+    if label.is_empty() {
+        return Err(format!("{path} has an empty label; give every image a class"));
+    }
+    let split = match cell(columns.split.unwrap_or(usize::MAX)).to_ascii_lowercase().as_str() {
+        "" => None,
+        "train" | "training" => Some(crate::data::split_record::Split::Train),
+        "val" | "valid" | "validation" | "test" | "dev" => Some(crate::data::split_record::Split::Val),
+        other => return Err(format!("split {other:?} is not train, val or test")),
+    };
+    let file = resolve(path, root, outside)?;
+    if !file.is_file() {
+        return Err(format!("{path} does not exist (looked for {}); fix the path or remove the row", file.display()));
+    }
+    Ok(Row { file, label: label.to_string(), split })
+}
+
+/// `path` (a CSV cell) as a file under `root`; refused when it leaves `root` and `outside` is off.
+fn resolve(path: &str, root: &Path, outside: bool) -> std::result::Result<PathBuf, String> {
+    let given = Path::new(path);
+    let relative = if given.is_absolute() { None } else { Some(path.replace('\\', "/")) };
+    let leaves = match &relative {
+        Some(rel) => Path::new(rel).components().any(|c| matches!(c, Component::ParentDir)),
+        None => {
+            let abs_root = std::path::absolute(root).unwrap_or_else(|_| root.to_path_buf());
+            !given.starts_with(&abs_root)
+        }
+    };
+    if leaves && !outside {
+        return Err(format!(
+            "{path} is outside the CSV file's folder {}; move the images under it, or set \
+             data.csv_paths_outside = true if you trust the file",
+            root.display()
+        ));
+    }
+    Ok(match relative {
+        Some(rel) => root.join(rel),
+        None => given.to_path_buf(),
+    })
+}
+
+/// The fields of one CSV line (RFC 4180, one line: a quoted field may hold commas and doubled
+/// quotes, not a line break).
+fn fields(line: &str) -> std::result::Result<Vec<String>, String> {
+    let mut out = Vec::new();
+    let mut chars = line.chars().peekable();
+    loop {
+        let mut field = String::new();
+        if chars.peek() == Some(&'"') {
+            chars.next();
+            loop {
+                match chars.next() {
+                    Some('"') if chars.peek() == Some(&'"') => {
+                        chars.next();
+                        field.push('"');
+                    }
+                    Some('"') => break,
+                    Some(c) => field.push(c),
+                    None => return Err("a quoted field is not closed (a quote missing, or a line break inside quotes)".into()),
+                }
+            }
+            match chars.next() {
+                None => {
+                    out.push(field);
+                    return Ok(out);
+                }
+                Some(',') => {}
+                Some(c) => return Err(format!("{c:?} follows a closing quote; quote the whole field")),
+            }
+        } else {
+            loop {
+                match chars.next() {
+                    None => {
+                        out.push(field);
+                        return Ok(out);
+                    }
+                    Some(',') => break,
+                    Some(c) => field.push(c),
+                }
+            }
+        }
+        out.push(field);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fields_follow_rfc_4180_on_one_line() {
+        assert_eq!(fields("a,b,c").unwrap(), ["a", "b", "c"]);
+        assert_eq!(fields("\"a,1\",\"say \"\"hi\"\"\",").unwrap(), ["a,1", "say \"hi\"", ""]);
+        assert!(fields("\"open,b").is_err());
+        assert!(fields("\"a\"x,b").is_err());
+    }
+
+    #[test]
+    fn a_header_is_found_by_its_names_and_columns_by_name() {
+        let h = |s: &str| columns_of(&fields(s).unwrap());
+        let c = h("Split,Image_Path,extra,Label").unwrap();
+        assert_eq!((c.path, c.label, c.split), (1, 3, Some(0)));
+        assert!(h("cat/1.png,cat").is_none(), "a data row");
+    }
+
+    #[test]
+    fn paths_leaving_the_folder_are_refused_unless_allowed() {
+        let root = Path::new("/data/set");
+        assert_eq!(resolve("cat\\1.png", root, false).unwrap(), Path::new("/data/set/cat/1.png"));
+        assert!(resolve("../secret.png", root, false).unwrap_err().contains("outside the CSV file's folder"));
+        assert!(resolve("/etc/passwd", root, false).is_err());
+        assert_eq!(resolve("/data/set/a.png", root, false).unwrap(), Path::new("/data/set/a.png"));
+        assert_eq!(resolve("../x.png", root, true).unwrap(), Path::new("/data/set/../x.png"));
+    }
+}
