@@ -20,7 +20,7 @@ use serde::{Deserialize, Serialize};
 use crate::data::dataset::{Dataset, Sample, SampleSource, Splits};
 
 /// Which split a file belongs to.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Split {
     /// Training.

@@ -147,6 +147,21 @@ pub enum Job {
         /// Return a thumbnail of each image (the app shows them).
         thumbnails: bool,
     },
+    /// Hash and compare every image of `splits` and weigh its classes
+    /// ([`crate::data::health::scan`]: copies, label conflicts, validation copies of training
+    /// images, imbalance).
+    DataHealth {
+        /// The dataset.
+        splits: Box<Splits>,
+        /// How images decode and where the hash cache is (`data.*`).
+        data: Box<crate::config::DataConfig>,
+    },
+    /// Thumbnails (at most [`THUMBNAIL_SIZE`] pixels on a side) of images, for the app's
+    /// galleries; `None` for an image that does not decode.
+    Thumbnails {
+        /// The images.
+        sources: Vec<SampleSource>,
+    },
     /// [`Job::Predict`] with a model already on its device (the one [`Job::TrainInMemory`]
     /// trained, where there is no export folder to load) on images given as files or bytes.
     PredictWith {
@@ -193,6 +208,10 @@ pub enum JobOutput {
     ExportFiles(Vec<(&'static str, Vec<u8>)>),
     /// [`Job::Predict`]: one entry per file, in order.
     Predicted(Vec<PredictedFile>),
+    /// [`Job::DataHealth`].
+    DataHealth(Box<crate::data::health::DataHealth>),
+    /// [`Job::Thumbnails`]: one per image, in order.
+    Thumbnails(Vec<Option<RgbImage>>),
 }
 
 /// The kind of a [`Job`], named in its [`Report::Finished`].
@@ -212,6 +231,8 @@ pub enum JobKind {
     Export,
     /// [`Job::Predict`].
     Predict,
+    /// [`Job::DataHealth`] and [`Job::Thumbnails`].
+    Data,
 }
 
 impl Job {
@@ -225,6 +246,7 @@ impl Job {
             Job::Evaluate { .. } | Job::EvaluateExport { .. } => JobKind::Evaluate,
             Job::Export { .. } | Job::ExportModel { .. } => JobKind::Export,
             Job::Predict { .. } | Job::PredictWith { .. } => JobKind::Predict,
+            Job::DataHealth { .. } | Job::Thumbnails { .. } => JobKind::Data,
         }
     }
 }

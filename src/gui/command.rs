@@ -84,6 +84,8 @@ pub enum Command {
     Drop(Vec<PathBuf>),
     /// Save the run's metrics as CSV.
     SaveMetrics(PathBuf),
+    /// The Data view's and the galleries' commands ([`super::DataCommand`]).
+    Data(super::DataCommand),
 }
 
 impl VramfitApp {
@@ -136,6 +138,7 @@ impl VramfitApp {
             Command::PredictImages(images) => self.predict_images(images),
             Command::ClearPredictions => self.predict.clear(),
             Command::Drop(paths) => self.handle_drop(paths),
+            Command::Data(command) => self.apply_data(command),
             Command::SaveMetrics(path) => {
                 if let Err(e) = crate::atomic_file::write_atomic(&path, self.history.to_csv().as_bytes()) {
                     self.error = Some(e.to_string());
@@ -156,7 +159,7 @@ impl VramfitApp {
     }
 
     /// Submits `job` to the session; false (with the error shown) when it cannot run.
-    fn submit(&mut self, job: Job) -> bool {
+    pub(super) fn submit(&mut self, job: Job) -> bool {
         match self.session.submit(job) {
             Ok(()) => true,
             Err(e) => {
@@ -425,6 +428,7 @@ impl VramfitApp {
             return;
         }
         self.data = dataset::from_files(&root, files, &self.scan_options()).map_err(|e| e.to_string());
+        self.data_state.reset();
         self.settings.data_dir = None;
         self.data_for = Some(None);
         self.plan_for = None; // the class count may differ
@@ -449,7 +453,9 @@ impl VramfitApp {
         let is_dataset = first.is_dir()
             || crate::data::idx::find_split(first.parent().unwrap_or(first), "train").is_some()
                 && !dataset::has_image_extension(first);
-        if is_dataset && paths.len() == 1 {
+        if paths.len() == 1 && dataset::is_labels_csv(first) {
+            self.set_data_dir(Some(first.clone()));
+        } else if is_dataset && paths.len() == 1 {
             let dir = if first.is_dir() { first.clone() } else { first.parent().unwrap_or(first).to_path_buf() };
             self.set_data_dir(Some(dir));
         } else {
@@ -493,6 +499,7 @@ impl VramfitApp {
                     other => self.job_failed("export failed", other),
                 }
             }
+            JobKind::Data => self.data_job_finished(result),
             JobKind::Predict => {
                 self.in_flight.predicting -= 1;
                 match result {

@@ -16,6 +16,7 @@
 //! state and panels, not a window.
 
 mod command;
+mod data_view;
 mod dialogs;
 mod estimate;
 mod evaluation;
@@ -43,6 +44,7 @@ use crate::engine::session::{Report, Session};
 pub use crate::engine::worker::WorkerLaunch;
 use crate::memory::{self, Plan};
 pub use command::Command;
+pub use data_view::{DataCommand, ImageKey};
 pub use frame_time::{FRAME_BUDGET_MS, FrameSummary, FrameTimes};
 pub use history::RunHistory;
 pub use predict::{PredictView, Prediction};
@@ -63,6 +65,8 @@ pub enum View {
     Evaluation,
     /// Drag-and-drop prediction.
     Predict,
+    /// The dataset's health: copies, label conflicts, leaked validation images, class sizes.
+    Data,
 }
 
 /// How the app starts runs: where run folders go, how the training worker is started, and a
@@ -144,6 +148,8 @@ pub struct VramfitApp {
     view: View,
     predict: PredictView,
     evaluation: Option<crate::inference::eval::EvalResult>,
+    /// The Data view's health report and the galleries' thumbnails.
+    data_state: data_view::DataState,
     frame_times: FrameTimes,
     title_sent: String,
     options: AppOptions,
@@ -217,6 +223,7 @@ impl VramfitApp {
             view: View::Training,
             predict: PredictView::default(),
             evaluation: None,
+            data_state: data_view::DataState::default(),
             frame_times: FrameTimes::default(),
             title_sent: String::new(),
             options,
@@ -398,6 +405,7 @@ impl VramfitApp {
             }
             .map_err(|e| e.to_string());
             self.data_for = Some(self.settings.data_dir.clone());
+            self.data_state.reset();
             self.plan_for = None; // the class count may differ
             self.cache_summary =
                 self.settings.data_dir.as_ref().map(|_| crate::data::image_cache::summary(&self.settings.config.data));

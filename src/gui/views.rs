@@ -1,9 +1,9 @@
 //! The central panel: the tabs and the view they show (the training plots, the evaluation, the
-//! prediction).
+//! prediction, the data's health).
 
 use eframe::egui;
 
-use super::evaluation::evaluation_ui;
+use super::evaluation::{EvaluationView, evaluation_ui};
 use super::plots::{PlotsView, plots_ui};
 use super::{Command, View, VramfitApp};
 
@@ -24,8 +24,17 @@ impl VramfitApp {
                 };
                 plots_ui(ui, &view, commands)
             }
-            View::Evaluation => evaluation_ui(ui, self.evaluation.as_ref(), can_evaluate, evaluating, commands),
+            View::Evaluation => {
+                let view = EvaluationView {
+                    evaluation: self.evaluation.as_ref(),
+                    can_evaluate,
+                    evaluating,
+                    cell: self.data_state.cell,
+                };
+                evaluation_ui(ui, &view, &mut self.data_state.thumbnails, commands)
+            }
             View::Predict => self.predict.ui(ui, self.last_run.as_deref(), commands),
+            View::Data => self.data_ui(ui, commands),
         }
     }
 
@@ -44,8 +53,8 @@ impl VramfitApp {
 /// The tabs of the central views; a click records [`Command::ShowView`].
 fn view_tabs_ui(ui: &mut egui::Ui, shown: View, commands: &mut Vec<Command>) {
     ui.horizontal(|ui| {
-        for (view, name) in [(View::Training, "Training"), (View::Evaluation, "Evaluation"), (View::Predict, "Predict")]
-        {
+        let views = [(View::Training, "Training"), (View::Evaluation, "Evaluation"), (View::Predict, "Predict"), (View::Data, "Data")];
+        for (view, name) in views {
             if ui.selectable_label(shown == view, name).clicked() {
                 commands.push(Command::ShowView(view));
             }

@@ -4,7 +4,7 @@
 
 use egui_kittest::Harness;
 use egui_kittest::kittest::Queryable;
-use vramfit::gui::{AppOptions, Command, Settings, View, VramfitApp};
+use vramfit::gui::{AppOptions, Command, DataCommand, Settings, View, VramfitApp};
 
 use super::*;
 
@@ -436,7 +436,10 @@ fn gui_opens_a_run_folder_and_its_plots_evaluation_and_prediction_match_their_sn
     step_until(&mut harness, "the evaluation", |a| !a.evaluating() && a.evaluation().is_some());
     assert_eq!(harness.state().evaluation().unwrap().samples, 6);
     harness.state_mut().apply(Command::ShowView(View::Evaluation));
+    // The images behind a cell (true a, predicted a), as thumbnails loaded on the session.
+    harness.state_mut().apply(Command::Data(DataCommand::SelectCell(Some((0, 0)))));
     harness.step();
+    step_until(&mut harness, "the cell's thumbnails", |a| !a.data_busy());
     harness.snapshot("run-evaluation");
 
     let image = std::fs::read_dir(data.join("a")).unwrap().flatten().map(|e| e.path()).min().unwrap();
@@ -447,4 +450,33 @@ fn gui_opens_a_run_folder_and_its_plots_evaluation_and_prediction_match_their_sn
     harness.state_mut().apply(Command::ShowView(View::Predict));
     harness.step();
     harness.snapshot("run-prediction");
+}
+
+/// The Data view on C33 (held-out validation): the picture under two labels, the validation
+/// copy of a training image and the copies inside a class, each with its thumbnails, compared
+/// with its snapshot.
+#[test]
+fn gui_data_view_shows_copies_conflicts_and_leaks_with_thumbnails() {
+    if gpu_or_skip().is_none() {
+        return; // snapshots render through wgpu
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let mut app = app_in(dir.path(), app_worker(None));
+    app.apply(Command::SetDataDir(Some(cases().join("C33/dataset"))));
+    app.apply(Command::ShowView(View::Data));
+    let mut harness = Harness::builder()
+        .with_size([960.0, 760.0])
+        .wgpu()
+        .build_ui_state(|ui, app: &mut VramfitApp| app.central_view(ui), app);
+    harness.step();
+    step_until(&mut harness, "the data check", |a| a.data_health().is_some() && !a.data_busy());
+    let health = harness.state().data_health().unwrap().unwrap().clone();
+    let counts = (health.duplicates.groups.len(), health.duplicates.conflicts().count(), health.leaked_val_indices().len());
+    assert_eq!(counts, (4, 1, 1));
+    harness.step();
+    step_until(&mut harness, "the thumbnails", |a| !a.data_busy());
+    assert!(harness.query_by_label_contains("The same picture under two labels (one label is wrong): 1").is_some(), "The same picture und");
+    assert!(harness.query_by_label_contains("Validation images that copy training images (validation accuracy is inflated): 1").is_some(), "Validation images th");
+    assert!(harness.query_by_label_contains("Copies inside one class (harmless, but the picture weighs more): 3").is_some(), "Copies inside one cl");
+    harness.snapshot("data-view");
 }

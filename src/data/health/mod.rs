@@ -195,9 +195,8 @@ impl DataHealth {
         let leaked = self.leaked_val_indices().len();
         if leaked > 0 {
             out.push(format!(
-                "{} of training images (validation accuracy is inflated; data.drop_leaked_val = true evaluates \
-                 without them)",
-                counted(leaked, "validation image is a copy", "validation images are copies")
+                "{} (validation accuracy is inflated; data.drop_leaked_val = true evaluates without them)",
+                counted(leaked, "validation image is a copy of a training image", "validation images are copies of training images")
             ));
         }
         let conflicts = self.duplicates.conflicts().count();

@@ -62,7 +62,11 @@ impl Engine {
                 let summary = crate::train::train(&request, &device, &splits, &mut sink, &self.stop)?;
                 Ok(JobOutput::Trained(Box::new(summary)))
             }
-            job @ (Job::TrainInMemory { .. } | Job::PredictWith { .. } | Job::ExportModel { .. }) => {
+            job @ (Job::TrainInMemory { .. }
+            | Job::PredictWith { .. }
+            | Job::ExportModel { .. }
+            | Job::DataHealth { .. }
+            | Job::Thumbnails { .. }) => {
                 pollster::block_on(run_async(job, &mut sink, &self.stop))
             }
             Job::TrainInWorker(job) => {
@@ -114,8 +118,8 @@ impl Engine {
 }
 
 /// The jobs that run the same way on the engine thread (driven by `pollster::block_on`) and
-/// in a page (awaited between the page's work): [`Job::TrainInMemory`], [`Job::PredictWith`]
-/// and [`Job::ExportModel`]. Every other job finishes with an error saying it is not available
+/// in a page (awaited between the page's work): [`Job::TrainInMemory`], [`Job::PredictWith`],
+/// [`Job::ExportModel`], [`Job::DataHealth`] and [`Job::Thumbnails`]. Every other job finishes with an error saying it is not available
 /// in a browser (only a page hands it here).
 pub(super) async fn run_async(job: Job, sink: EventSink<'_>, stop: &StopSignal) -> Result<JobOutput> {
     match job {
@@ -137,6 +141,26 @@ pub(super) async fn run_async(job: Job, sink: EventSink<'_>, stop: &StopSignal) 
                 Some(dir) => Ok(JobOutput::Exported(crate::export::write_files(&dir, files)?)),
                 None => Ok(JobOutput::ExportFiles(files)),
             }
+        }
+        Job::DataHealth { splits, data } => {
+            Ok(JobOutput::DataHealth(Box::new(crate::data::health::scan(&splits, &data))))
+        }
+        Job::Thumbnails { sources } => {
+            let load = crate::data::image_io::LoadOptions::default();
+            let thumbnail = |source: &SampleSource| {
+                let img = match source {
+                    SampleSource::File(path) => crate::data::image_io::load_image_scaled(path, &load, THUMBNAIL_SIZE).ok(),
+                    SampleSource::Encoded { bytes, .. } => {
+                        crate::data::image_io::decode_image_scaled(bytes, &load, THUMBNAIL_SIZE).ok()
+                    }
+                    SampleSource::Idx { .. } => {
+                        let pipe = crate::data::pipeline::SamplePipeline::from_config(&Default::default(), false);
+                        pipe.decode(source).ok()
+                    }
+                }?;
+                Some(image::imageops::thumbnail(&img, THUMBNAIL_SIZE, THUMBNAIL_SIZE))
+            };
+            Ok(JobOutput::Thumbnails(sources.iter().map(thumbnail).collect()))
         }
         other => Err(Error::Crashed(format!(
             "{:?} needs a disk, threads or processes: not available in a browser",
