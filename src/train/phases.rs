@@ -1,8 +1,8 @@
 //! The phases of a training run, in order, for both stores: claim the run folder (0, before
 //! anything in it is read: [`super::run_folder::claim`]), check the data and the precision
 //! (1), plan the memory (2), open the store (3, [`super::run_folder`]), the epochs (5,
-//! [`super::epoch`]), the end of each (6) and the finish (7, [`super::run`]). One async
-//! function, [`run`].
+//! [`super::epoch`]), the end of each (6) and the finish (7, [`super::run`]: the label-issue
+//! ranking of a run trained to its end, the export). One async function, [`run`].
 
 use web_time::Instant;
 
@@ -77,6 +77,9 @@ pub(super) async fn run(
         if run.summary.stopped && matches!(run.options.store, Store::Memory) {
             // A model handed back cut short: the end's accuracy is of the model as it is now.
             run.summary.val = Some(run.evaluate(&data).await?);
+        }
+        if !run.summary.stopped {
+            run.rank_label_issues(&data, splits, sink).await?;
         }
     }
     let ended = run.finish(started, nothing.is_none())?;

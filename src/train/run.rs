@@ -203,6 +203,59 @@ impl<'a> Run<'a> {
         eval::evaluate(&model, data.val.clone(), data.eval_pipe.clone(), &self.trainer.device, &settings).await
     }
 
+    /// Phase 7, a run that trained to its end: the images whose label the finished model
+    /// doubts, training and validation images together ([`crate::data::health::label_issues`];
+    /// one forward pass over every image), in one line to `sink` and, in a run folder, whole
+    /// into [`crate::data::health::label_issues::REPORT_FILE`]. The ranking of training images
+    /// uses probabilities the model learned them with (docs/data-health.md).
+    ///
+    /// # Errors
+    /// As [`Self::evaluate`]; a report that cannot be written is a warning.
+    pub(super) async fn rank_label_issues(&self, data: &EpochData, splits: &Splits, sink: EventSink<'_>) -> Result<()> {
+        use crate::data::health::{label_issues, relative_name};
+        let mut all = (*data.train).clone();
+        all.samples.extend(data.val.samples.iter().cloned());
+        let names: Vec<String> = all.samples.iter().map(|s| relative_name(&s.source, &splits.root)).collect();
+        let n_train = data.train.samples.len();
+        let settings = eval::EvalSettings {
+            model: &self.config.model,
+            batch_size: self.loader_batch.max(32),
+            precision: self.config.train.precision,
+            workers: if matches!(self.options.store, Store::Folder { .. }) { self.config.data.workers } else { 0 },
+            buffer_limit: self.device.buffer_limit(),
+            keep_probabilities: true,
+        };
+        let model = self.trainer.model().valid();
+        let r = eval::evaluate(&model, std::sync::Arc::new(all), data.eval_pipe.clone(), &self.trainer.device, &settings)
+            .await?;
+        let issues = r.label_issues();
+        let row_names: Vec<String> = r.sample_indices.iter().map(|&i| names[i].clone()).collect();
+        let row_splits: Vec<&str> = r.sample_indices.iter().map(|&i| if i < n_train { "train" } else { "val" }).collect();
+        let whole = match self.options.store {
+            Store::Folder { out, .. } => {
+                let file = out.join(label_issues::REPORT_FILE);
+                let csv = label_issues::to_csv(&issues, &row_names, &row_splits, &r.class_names);
+                if let Err(e) = crate::atomic_file::write_atomic(&file, csv.as_bytes()) {
+                    sink(Event::Warning(format!("the label issues were not written: {e}")));
+                }
+                file.display().to_string()
+            }
+            Store::Memory => "`vramfit eval --all-splits` ranks them".to_string(),
+        };
+        let first = issues.first().map_or_else(String::new, |i| {
+            format!(
+                " (the most doubtful: {}, labelled {}, looks like {})",
+                row_names[i.index], r.class_names[i.given], r.class_names[i.predicted]
+            )
+        });
+        sink(Event::Info(format!(
+            "label issues: {} of {} images look mislabelled{first}; see {whole}",
+            issues.len(),
+            r.samples
+        )));
+        Ok(())
+    }
+
     /// Phase 6: the epoch's evaluation and [`Event::EpochEnd`], its `epochs.csv` row and
     /// checkpoint (run folder), and after the first epoch the predicted against the measured
     /// memory.

@@ -56,6 +56,12 @@ fn c33_validation_copies_of_training_images_are_counted_and_can_be_left_out() {
     assert!(out.contains("on 6 images"), "{out}");
     let report = std::fs::read_to_string(dir.path().join("kept").join(vramfit::data::health::REPORT_FILE)).unwrap();
     assert!(report.contains("val/dog/img_04.png = train/dog/img_04.png"), "{report}");
+    // A run trained to its end ranks every image's label: 22 images (16 train + 6 val).
+    assert!(out.contains("label issues: ") && out.contains(" of 22 images look mislabelled"), "{out}");
+    let issues = std::fs::read_to_string(dir.path().join("kept/label_issues.csv")).unwrap();
+    let header = "path,split,given_label,predicted_label,given_probability,predicted_probability";
+    assert_eq!(issues.lines().next(), Some(header));
+    assert!(issues.lines().skip(1).all(|l| l.contains(",train,") || l.contains(",val,")), "{issues}");
 
     let dropped = [&common[..], &["--set", "data.drop_leaked_val=true"]].concat();
     let (ok, out) = cli_train(&data, &dir.path().join("dropped"), &dropped);

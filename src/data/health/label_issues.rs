@@ -18,6 +18,10 @@
 
 use std::fmt::Write as _;
 
+/// The ranking's file in a run folder (`vramfit eval` writes `label_issues.csv` in the working
+/// directory, or where `--label-issues` says).
+pub const REPORT_FILE: &str = "label_issues.csv";
+
 /// One image whose label the model doubts.
 #[derive(Clone, Debug, PartialEq)]
 pub struct LabelIssue {
