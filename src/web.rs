@@ -98,8 +98,7 @@ pub async fn train_quickstart(steps: u32, on_step: js_sys::Function) -> Result<j
     let adapter = browser_adapter().await?;
     let limit = adapter.buffer_limit();
     let device = Device::wgpu_options().init_async().await.map_err(|e| js_error(format!("WebGPU: {e:?}")))?;
-    let splits = dataset::open_bundled(&dataset::ScanOptions::of(&config, false))
-    .map_err(js_error)?;
+    let splits = dataset::open_bundled(&dataset::ScanOptions::of(&config, false)).map_err(js_error)?;
     // The epochs the steps span: the schedule spans whole epochs (as a native run capped with
     // --max-steps), so it decays to its end only when `steps` is a whole number of epochs.
     let mut config = config;

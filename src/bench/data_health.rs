@@ -36,7 +36,12 @@ pub struct DuplicateBenchRow {
 fn copy_of(img: &RgbImage, kind: &str) -> RgbImage {
     let (w, h) = img.dimensions();
     let scaled = |f: f32| {
-        image::imageops::resize(img, ((w as f32 * f) as u32).max(1), ((h as f32 * f) as u32).max(1), FilterType::Triangle)
+        image::imageops::resize(
+            img,
+            ((w as f32 * f) as u32).max(1),
+            ((h as f32 * f) as u32).max(1),
+            FilterType::Triangle,
+        )
     };
     let jpeg = |q: u8| {
         let mut bytes = Vec::new();
@@ -83,7 +88,15 @@ pub fn bench_duplicates(pictures: &[RgbImage], thresholds: &[u32]) -> Vec<Duplic
     let hashes: Vec<ImageHashes> = pictures.par_iter().map(|p| ImageHashes::of(p.as_raw(), p)).collect();
     let copies: Vec<Vec<ImageHashes>> = pictures
         .par_iter()
-        .map(|p| COPY_KINDS.iter().map(|k| { let c = copy_of(p, k); ImageHashes::of(c.as_raw(), &c) }).collect())
+        .map(|p| {
+            COPY_KINDS
+                .iter()
+                .map(|k| {
+                    let c = copy_of(p, k);
+                    ImageHashes::of(c.as_raw(), &c)
+                })
+                .collect()
+        })
         .collect();
     let usable: Vec<usize> = (0..pictures.len()).filter(|&i| !hashes[i].flat).collect();
     thresholds
@@ -102,7 +115,9 @@ pub fn bench_duplicates(pictures: &[RgbImage], thresholds: &[u32]) -> Vec<Duplic
                 .map(|(a, &i)| {
                     usable[a + 1..]
                         .iter()
-                        .filter(|&&j| matches(&hashes[i], &hashes[j], t, false) || matches(&hashes[i], &hashes[j], t, true))
+                        .filter(|&&j| {
+                            matches(&hashes[i], &hashes[j], t, false) || matches(&hashes[i], &hashes[j], t, true)
+                        })
                         .count()
                 })
                 .sum();
@@ -304,7 +319,12 @@ mod tests {
     fn copies_of_fashion_mnist_items_are_found_at_the_chosen_threshold_and_distinct_items_are_not() {
         let splits = crate::data::dataset::open(
             &crate::data::dataset::bundled_dataset_dir(),
-            &crate::data::dataset::ScanOptions { val_fraction: 0.1, seed: 0, allow_empty_classes: false, csv_paths_outside: false },
+            &crate::data::dataset::ScanOptions {
+                val_fraction: 0.1,
+                seed: 0,
+                allow_empty_classes: false,
+                csv_paths_outside: false,
+            },
         )
         .unwrap();
         let pictures = pictures_of(&splits.train, 40, 4);

@@ -213,9 +213,10 @@ fn bench_label_errors(args: &BenchArgs) -> anyhow::Result<String> {
     let device = select_device(args.device.choice()?)?;
     let config = super::load_config(args.configs.first().map_or("quickstart", String::as_str))?;
     let splits = open_data(args.data.as_ref(), &config, false)?;
-    let r = crate::bench::data_health::bench_label_errors(&config, &splits, args.flip, args.seed, &device, &mut |line| {
-        eprintln!("{line}")
-    })?;
+    let r =
+        crate::bench::data_health::bench_label_errors(&config, &splits, args.flip, args.seed, &device, &mut |line| {
+            eprintln!("{line}")
+        })?;
     println!(
         "{} epochs in {:.0} s on {}, validation accuracy {:.2}% against the flipped labels",
         config.train.epochs,
@@ -226,7 +227,10 @@ fn bench_label_errors(args: &BenchArgs) -> anyhow::Result<String> {
     println!("| split | flipped | flagged | recall in the first `flipped` ranked | recall | precision |");
     println!("|---|---|---|---|---|---|");
     for (name, s) in [("train (in sample)", &r.train), ("validation", &r.val)] {
-        println!("| {name} | {} | {} | {:.3} | {:.3} | {:.3} |", s.flipped, s.flagged, s.recall_at_k, s.recall, s.precision);
+        println!(
+            "| {name} | {} | {} | {:.3} | {:.3} | {:.3} |",
+            s.flipped, s.flagged, s.recall_at_k, s.recall, s.precision
+        );
     }
     Ok(serde_json::to_string_pretty(&r)?)
 }

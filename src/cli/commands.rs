@@ -11,8 +11,8 @@ use super::{ConfigArgs, DeviceArgs};
 use crate::config::Config;
 use crate::data::dataset::{self, ScanOptions, Splits};
 use crate::device::{self, DeviceChoice, SelectedDevice};
-use crate::inference::eval::percent_or_na;
 use crate::engine::session::{Job, JobOutput, Session};
+use crate::inference::eval::percent_or_na;
 use crate::memory::{self, human_bytes};
 use crate::model::{self, LayerKind};
 
@@ -202,7 +202,9 @@ fn write_label_issues(
     let csv = crate::data::health::label_issues::to_csv(&issues, &row_names, &row_splits, &r.class_names);
     match crate::atomic_file::write_atomic(&path, csv.as_bytes()) {
         Ok(()) => println!("ranking written to {}", path.display()),
-        Err(e) => eprintln!("warning: the label issues were not saved ({e}); choose a writable file with --label-issues"),
+        Err(e) => {
+            eprintln!("warning: the label issues were not saved ({e}); choose a writable file with --label-issues")
+        }
     }
 }
 

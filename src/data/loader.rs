@@ -296,7 +296,13 @@ impl Pass {
     /// [`crate::config::Sampler::Balanced`]): `labels.len()` draws, each a class chosen uniformly
     /// among those with samples, then one of its samples uniformly (with replacement), by `seed +
     /// epoch`; seeded and resumable as [`Self::training_epoch`].
-    pub fn class_balanced_epoch(labels: &[usize], batch_size: usize, seed: u64, epoch: u64, skip_batches: usize) -> Self {
+    pub fn class_balanced_epoch(
+        labels: &[usize],
+        batch_size: usize,
+        seed: u64,
+        epoch: u64,
+        skip_batches: usize,
+    ) -> Self {
         use rand::{Rng, SeedableRng};
         let mut by_class: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
         for (i, &label) in labels.iter().enumerate() {

@@ -8,8 +8,8 @@
 pub mod augment;
 pub mod batch;
 pub mod check_data;
-pub mod health;
 pub mod dataset;
+pub mod health;
 pub mod idx;
 pub mod image_cache;
 pub mod image_io;

@@ -184,9 +184,8 @@ impl VramfitApp {
             (Some(Pending::Health(g)), Err(e)) if current(g) => state.health = Some(Err(e.to_string())),
             (Some(Pending::Thumbnails(g, keys)), Ok(JobOutput::Thumbnails(images))) if current(g) => {
                 for (key, img) in keys.into_iter().zip(images) {
-                    let color = img.map(|t| {
-                        egui::ColorImage::from_rgb([t.width() as usize, t.height() as usize], t.as_raw())
-                    });
+                    let color =
+                        img.map(|t| egui::ColorImage::from_rgb([t.width() as usize, t.height() as usize], t.as_raw()));
                     state.thumbnails.images.insert(key, color);
                 }
             }
@@ -276,11 +275,14 @@ fn health_ui(
     section(ui, "Copies inside one class (harmless, but the picture weighs more)", &within);
     classes_ui(ui, health);
     if !splits.report.ignored.is_empty() {
-        egui::CollapsingHeader::new(format!("Files the scan left out: {}", splits.report.ignored.len())).show(ui, |ui| {
-            for (file, why) in splits.report.ignored.iter().take(50) {
-                ui.small(format!("{}: {why}", file.display()));
-            }
-        });
+        egui::CollapsingHeader::new(format!("Files the scan left out: {}", splits.report.ignored.len())).show(
+            ui,
+            |ui| {
+                for (file, why) in splits.report.ignored.iter().take(50) {
+                    ui.small(format!("{}: {why}", file.display()));
+                }
+            },
+        );
     }
 }
 
@@ -319,7 +321,11 @@ fn group_ui(
 /// The last 28 characters of a path (the file name and its folder, as a caption fits).
 fn short(path: &str) -> String {
     let chars: Vec<char> = path.chars().collect();
-    if chars.len() <= 28 { path.to_string() } else { format!("…{}", chars[chars.len() - 27..].iter().collect::<String>()) }
+    if chars.len() <= 28 {
+        path.to_string()
+    } else {
+        format!("…{}", chars[chars.len() - 27..].iter().collect::<String>())
+    }
 }
 
 /// Each class's images as a bar against the largest, with the imbalance ratio.

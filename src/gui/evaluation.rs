@@ -3,8 +3,8 @@
 
 use eframe::egui;
 
-use super::data_view::{DataCommand, ImageKey, Thumbnails};
 use super::Command;
+use super::data_view::{DataCommand, ImageKey, Thumbnails};
 use crate::data::split_record::Split;
 use crate::inference::eval::EvalResult;
 
@@ -138,7 +138,11 @@ fn review_ui(ui: &mut egui::Ui, eval: &EvalResult, thumbnails: &mut Thumbnails, 
             ui.vertical(|ui| {
                 thumbnails.show(ui, key);
                 ui.small(format!("labelled {}", eval.class_names[issue.given]));
-                ui.small(format!("looks {} {:.0}%", eval.class_names[issue.predicted], issue.predicted_probability * 100.0));
+                ui.small(format!(
+                    "looks {} {:.0}%",
+                    eval.class_names[issue.predicted],
+                    issue.predicted_probability * 100.0
+                ));
             });
         }
     });

@@ -180,7 +180,10 @@ fn dataset_ui(ui: &mut egui::Ui, dataset: &DatasetView<'_>, commands: &mut Vec<C
             commands.push(Command::SetDataDir(Some(dir)));
         }
         #[cfg(not(target_arch = "wasm32"))]
-        if ui.button("Labels CSV…").on_hover_text("a CSV file of path,label[,split] rows, paths relative to it").clicked()
+        if ui
+            .button("Labels CSV…")
+            .on_hover_text("a CSV file of path,label[,split] rows, paths relative to it")
+            .clicked()
             && let Some(file) = dialogs::pick_file("labels CSV", &["csv"])
         {
             commands.push(Command::SetDataDir(Some(file)));

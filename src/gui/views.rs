@@ -53,7 +53,12 @@ impl VramfitApp {
 /// The tabs of the central views; a click records [`Command::ShowView`].
 fn view_tabs_ui(ui: &mut egui::Ui, shown: View, commands: &mut Vec<Command>) {
     ui.horizontal(|ui| {
-        let views = [(View::Training, "Training"), (View::Evaluation, "Evaluation"), (View::Predict, "Predict"), (View::Data, "Data")];
+        let views = [
+            (View::Training, "Training"),
+            (View::Evaluation, "Evaluation"),
+            (View::Predict, "Predict"),
+            (View::Data, "Data"),
+        ];
         for (view, name) in views {
             if ui.selectable_label(shown == view, name).clicked() {
                 commands.push(Command::ShowView(view));

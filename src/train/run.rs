@@ -83,10 +83,12 @@ impl<'a> Run<'a> {
         let steps_per_epoch = crate::train::schedule::steps_per_epoch(splits.train.samples.len(), &config.train);
         let steps_total = steps_per_epoch * config.train.epochs;
         let precision = config.train.precision;
-        let mut trainer = Trainer::new(&config, precision, &device.device, classes.clone(), steps_total, steps_per_epoch);
+        let mut trainer =
+            Trainer::new(&config, precision, &device.device, classes.clone(), steps_total, steps_per_epoch);
         if config.train.class_weights != crate::config::ClassWeights::None {
             let counts = splits.train.class_counts();
-            trainer.class_weights = Some(crate::config::class_balance::class_weights(config.train.class_weights, &counts));
+            trainer.class_weights =
+                Some(crate::config::class_balance::class_weights(config.train.class_weights, &counts));
         }
         let out_dir = match options.store {
             Store::Folder { out, .. } => out.to_path_buf(),
@@ -226,11 +228,13 @@ impl<'a> Run<'a> {
             keep_probabilities: true,
         };
         let model = self.trainer.model().valid();
-        let r = eval::evaluate(&model, std::sync::Arc::new(all), data.eval_pipe.clone(), &self.trainer.device, &settings)
-            .await?;
+        let r =
+            eval::evaluate(&model, std::sync::Arc::new(all), data.eval_pipe.clone(), &self.trainer.device, &settings)
+                .await?;
         let issues = r.label_issues();
         let row_names: Vec<String> = r.sample_indices.iter().map(|&i| names[i].clone()).collect();
-        let row_splits: Vec<&str> = r.sample_indices.iter().map(|&i| if i < n_train { "train" } else { "val" }).collect();
+        let row_splits: Vec<&str> =
+            r.sample_indices.iter().map(|&i| if i < n_train { "train" } else { "val" }).collect();
         let whole = match self.options.store {
             Store::Folder { out, .. } => {
                 let file = out.join(label_issues::REPORT_FILE);

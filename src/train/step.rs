@@ -375,9 +375,10 @@ impl Trainer {
         let mut correct_sum: Option<Tensor<1>> = None;
         let mut sampled = !sample_memory;
         let factor = self.state.split_factor;
-        let class_weights = self.class_weights.as_ref().map(|w| {
-            Tensor::<1>::from_data(burn::tensor::TensorData::new(w.clone(), [w.len()]), &self.ad_device)
-        });
+        let class_weights = self
+            .class_weights
+            .as_ref()
+            .map(|w| Tensor::<1>::from_data(burn::tensor::TensorData::new(w.clone(), [w.len()]), &self.ad_device));
         for chunk in batches.iter().flat_map(|b| b.split(factor)) {
             let n = chunk.len();
             let (images, labels) = self.input_tensors(chunk).map_err(StepError::Fatal)?;

@@ -471,12 +471,24 @@ fn gui_data_view_shows_copies_conflicts_and_leaks_with_thumbnails() {
     harness.step();
     step_until(&mut harness, "the data check", |a| a.data_health().is_some() && !a.data_busy());
     let health = harness.state().data_health().unwrap().unwrap().clone();
-    let counts = (health.duplicates.groups.len(), health.duplicates.conflicts().count(), health.leaked_val_indices().len());
+    let counts =
+        (health.duplicates.groups.len(), health.duplicates.conflicts().count(), health.leaked_val_indices().len());
     assert_eq!(counts, (4, 1, 1));
     harness.step();
     step_until(&mut harness, "the thumbnails", |a| !a.data_busy());
-    assert!(harness.query_by_label_contains("The same picture under two labels (one label is wrong): 1").is_some(), "The same picture und");
-    assert!(harness.query_by_label_contains("Validation images that copy training images (validation accuracy is inflated): 1").is_some(), "Validation images th");
-    assert!(harness.query_by_label_contains("Copies inside one class (harmless, but the picture weighs more): 3").is_some(), "Copies inside one cl");
+    assert!(
+        harness.query_by_label_contains("The same picture under two labels (one label is wrong): 1").is_some(),
+        "The same picture und"
+    );
+    assert!(
+        harness
+            .query_by_label_contains("Validation images that copy training images (validation accuracy is inflated): 1")
+            .is_some(),
+        "Validation images th"
+    );
+    assert!(
+        harness.query_by_label_contains("Copies inside one class (harmless, but the picture weighs more): 3").is_some(),
+        "Copies inside one cl"
+    );
     harness.snapshot("data-view");
 }

@@ -92,9 +92,14 @@ fn c34_rare_probability(set: &[&str], dir: &Path) -> (f32, vramfit::inference::e
     config.train.batch_size = 8;
     config.data.find_duplicates = false;
     config.set_all(&set.iter().map(|s| s.to_string()).collect::<Vec<_>>()).unwrap();
-    let splits = dataset::open(&cases().join("C34/dataset"), &ScanOptions { val_fraction: 0.1, seed: 42, allow_empty_classes: false, csv_paths_outside: false }).unwrap();
+    let splits = dataset::open(
+        &cases().join("C34/dataset"),
+        &ScanOptions { val_fraction: 0.1, seed: 42, allow_empty_classes: false, csv_paths_outside: false },
+    )
+    .unwrap();
     let run = dir.join(set.join("_").replace(['"', '='], ""));
-    let summary = train::train(&TrainRequest::new(config, &run), &cpu, &splits, &mut |_| {}, &StopSignal::new()).unwrap();
+    let summary =
+        train::train(&TrainRequest::new(config, &run), &cpu, &splits, &mut |_| {}, &StopSignal::new()).unwrap();
     let mut rare = splits.train.clone();
     rare.samples.extend(splits.val.samples.iter().cloned());
     rare.samples.retain(|s| s.label == 1);
@@ -148,7 +153,11 @@ fn a_labels_csv_trains_evaluates_and_exports_like_a_folder() {
         }
     }
     let csv = labels_csv(dir.path(), "Split,Image_Path,Label", &rows);
-    let splits = dataset::open(&csv, &ScanOptions { val_fraction: 0.1, seed: 1, allow_empty_classes: false, csv_paths_outside: false }).unwrap();
+    let splits = dataset::open(
+        &csv,
+        &ScanOptions { val_fraction: 0.1, seed: 1, allow_empty_classes: false, csv_paths_outside: false },
+    )
+    .unwrap();
     assert_eq!(splits.train.class_names, ["common", "rare, red"]);
     assert_eq!((splits.train.samples.len(), splits.val.samples.len(), splits.held_out), (4, 2, false));
     assert!(splits.description.contains("labels CSV, 6 rows; 4 train / 2 validation rows"), "{}", splits.description);
@@ -158,12 +167,20 @@ fn a_labels_csv_trains_evaluates_and_exports_like_a_folder() {
     assert!(ok, "{out}");
     assert!(run.join("export/model.bpk").is_file() && run.join("export/model.onnx").is_file(), "{out}");
     let args = ["eval", "--device", "cpu", "--model"].map(std::ffi::OsStr::new);
-    let (ok, out) = vramfit_cli(&[
-        &args[..],
-        &[run.as_os_str(), "--data".as_ref(), csv.as_os_str(), "--csv".as_ref(), dir.path().join("c.csv").as_os_str()],
-        &["--label-issues".as_ref(), dir.path().join("issues.csv").as_os_str()],
-    ]
-    .concat());
+    let (ok, out) = vramfit_cli(
+        &[
+            &args[..],
+            &[
+                run.as_os_str(),
+                "--data".as_ref(),
+                csv.as_os_str(),
+                "--csv".as_ref(),
+                dir.path().join("c.csv").as_os_str(),
+            ],
+            &["--label-issues".as_ref(), dir.path().join("issues.csv").as_os_str()],
+        ]
+        .concat(),
+    );
     assert!(ok && out.contains("2 images on CPU"), "{out}");
     let issues = std::fs::read_to_string(dir.path().join("issues.csv")).unwrap();
     assert!(issues.starts_with("path,split,given_label,predicted_label,given_probability,predicted_probability\n"));

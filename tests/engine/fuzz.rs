@@ -77,8 +77,11 @@ fn property_random_mixes_of_good_and_undecodable_files_train_or_are_refused_neve
             }
             decodable.push(n_good);
         }
-        let splits =
-            dataset::open(&data, &ScanOptions { val_fraction: 0.0, seed: 1, allow_empty_classes: false, csv_paths_outside: false }).unwrap();
+        let splits = dataset::open(
+            &data,
+            &ScanOptions { val_fraction: 0.0, seed: 1, allow_empty_classes: false, csv_paths_outside: false },
+        )
+        .unwrap();
         let mut config = quickstart();
         config.train.epochs = 2;
         config.train.batch_size = rng.random_range(1..=4);

@@ -16,7 +16,10 @@ pub(crate) fn close(px: [u8; 3], want: [u8; 3], tol: i32) -> bool {
 }
 
 pub(crate) fn scan(dir: &Path, allow_empty: bool) -> vramfit::Result<(dataset::Dataset, dataset::ScanReport)> {
-    dataset::scan_folder(dir, &ScanOptions { val_fraction: 0.0, seed: 0, allow_empty_classes: allow_empty, csv_paths_outside: false })
+    dataset::scan_folder(
+        dir,
+        &ScanOptions { val_fraction: 0.0, seed: 0, allow_empty_classes: allow_empty, csv_paths_outside: false },
+    )
 }
 
 /// The default wgpu adapter, or `None` when the machine has none, unless `VRAMFIT_REQUIRE_GPU`

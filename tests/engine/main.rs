@@ -21,8 +21,8 @@ use vramfit::train::{self, TrainRequest};
 
 mod app;
 mod augment;
-mod data_health;
 mod data_faults;
+mod data_health;
 mod depthwise_conv;
 mod folders;
 mod fuzz;

@@ -402,7 +402,10 @@ fn c44_run_folders_are_never_scanned_as_data() {
     assert_eq!(code, Some(0), "{log}");
     let (ok, log) = cli_train(&photos, &photos.join("runs/second"), &["--epochs", "1", "--batch-size", "4"]);
     assert!(ok && !log.contains("no images"), "{log}");
-    let splits = dataset::open(&photos, &ScanOptions { val_fraction: 0.2, seed: 1, allow_empty_classes: false, csv_paths_outside: false });
+    let splits = dataset::open(
+        &photos,
+        &ScanOptions { val_fraction: 0.2, seed: 1, allow_empty_classes: false, csv_paths_outside: false },
+    );
     assert_eq!(splits.unwrap().train.class_names, ["a", "b"]);
     // The dataset folder itself as --out: refused, naming both; the dataset is untouched.
     let before = snapshot_files(&photos);

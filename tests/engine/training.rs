@@ -108,7 +108,11 @@ fn a_batch_of_only_undecodable_files_is_skipped_not_a_crash() {
     }
     std::fs::write(data.join("dark/empty.png"), b"").unwrap();
     std::fs::copy(cases().join("C08/heic_brand_named.jpg"), data.join("light/photo.jpg")).unwrap();
-    let splits = dataset::open(&data, &ScanOptions { val_fraction: 0.0, seed: 1, allow_empty_classes: false, csv_paths_outside: false }).unwrap();
+    let splits = dataset::open(
+        &data,
+        &ScanOptions { val_fraction: 0.0, seed: 1, allow_empty_classes: false, csv_paths_outside: false },
+    )
+    .unwrap();
     let mut config = quickstart();
     config.train.epochs = 1;
     config.train.batch_size = 1;

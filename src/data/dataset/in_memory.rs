@@ -168,7 +168,8 @@ fn scan(root: &Path, prefix: &[&str], files: &[Entry], opts: &ScanOptions, repor
 mod tests {
     use super::*;
 
-    const OPTS: ScanOptions = ScanOptions { val_fraction: 0.25, seed: 7, allow_empty_classes: false, csv_paths_outside: false };
+    const OPTS: ScanOptions =
+        ScanOptions { val_fraction: 0.25, seed: 7, allow_empty_classes: false, csv_paths_outside: false };
 
     fn files(paths: &[&str]) -> Vec<(PathBuf, Arc<[u8]>)> {
         paths.iter().map(|p| (PathBuf::from(p), Arc::from(p.as_bytes()))).collect()

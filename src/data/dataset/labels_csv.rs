@@ -64,7 +64,10 @@ pub fn open(csv: &Path, opts: &super::ScanOptions) -> Result<Splits> {
     let err = |message: String| Error::Dataset { path: csv.into(), message };
     let text = std::fs::read(csv).map_err(|e| err(format!("cannot read the labels file: {e}")))?;
     let text = String::from_utf8(text).map_err(|e| {
-        err(format!("is not UTF-8 (byte {}); save it as UTF-8 (CSV UTF-8 in a spreadsheet)", e.utf8_error().valid_up_to()))
+        err(format!(
+            "is not UTF-8 (byte {}); save it as UTF-8 (CSV UTF-8 in a spreadsheet)",
+            e.utf8_error().valid_up_to()
+        ))
     })?;
     let root = csv.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new(".")).to_path_buf();
     let (rows, problems) = read_rows(&text, &root, opts.csv_paths_outside);
@@ -211,7 +214,11 @@ fn fields(line: &str) -> std::result::Result<Vec<String>, String> {
                     }
                     Some('"') => break,
                     Some(c) => field.push(c),
-                    None => return Err("a quoted field is not closed (a quote missing, or a line break inside quotes)".into()),
+                    None => {
+                        return Err(
+                            "a quoted field is not closed (a quote missing, or a line break inside quotes)".into()
+                        );
+                    }
                 }
             }
             match chars.next() {

@@ -133,11 +133,15 @@ pub fn find(images: &[(Member, Option<ImageHashes>)], near_bits: u32) -> Duplica
         for (i, (_, h)) in images.iter().enumerate() {
             let Some(h) = h else { continue };
             match first.get(&key(h)) {
-                Some(&j) => sets.link(j, i, if h.bytes == images[j].1.map_or(0, |o| o.bytes) {
-                    MatchKind::ByteIdentical
-                } else {
-                    MatchKind::PixelIdentical
-                }),
+                Some(&j) => sets.link(
+                    j,
+                    i,
+                    if h.bytes == images[j].1.map_or(0, |o| o.bytes) {
+                        MatchKind::ByteIdentical
+                    } else {
+                        MatchKind::PixelIdentical
+                    },
+                ),
                 None => {
                     first.insert(key(h), i);
                 }
@@ -237,7 +241,13 @@ mod tests {
 
     fn hashes(bytes: u128, pixels: u128, perceptual: u64) -> Option<ImageHashes> {
         let spread = |w: u64| [w; super::super::hashes::WORDS];
-        Some(ImageHashes { bytes, pixels, perceptual: spread(perceptual), mirrored: spread(perceptual.reverse_bits()), flat: false })
+        Some(ImageHashes {
+            bytes,
+            pixels,
+            perceptual: spread(perceptual),
+            mirrored: spread(perceptual.reverse_bits()),
+            flat: false,
+        })
     }
 
     #[test]
@@ -271,10 +281,17 @@ mod tests {
     fn a_mirror_match_is_its_own_kind_and_flat_images_match_by_pixels_only() {
         let p = [0x1234_5678_9ABC_DEF0_u64; super::super::hashes::WORDS];
         let not_p = p.map(|w| !w);
-        let flat = |bytes, pixels| Some(ImageHashes { bytes, pixels, perceptual: [0; 4], mirrored: [0; 4], flat: true });
+        let flat =
+            |bytes, pixels| Some(ImageHashes { bytes, pixels, perceptual: [0; 4], mirrored: [0; 4], flat: true });
         let images = vec![
-            (member(Split::Train, "a/x.png", "a"), Some(ImageHashes { bytes: 1, pixels: 1, perceptual: p, mirrored: not_p, flat: false })),
-            (member(Split::Train, "a/y.png", "a"), Some(ImageHashes { bytes: 2, pixels: 2, perceptual: not_p, mirrored: p, flat: false })),
+            (
+                member(Split::Train, "a/x.png", "a"),
+                Some(ImageHashes { bytes: 1, pixels: 1, perceptual: p, mirrored: not_p, flat: false }),
+            ),
+            (
+                member(Split::Train, "a/y.png", "a"),
+                Some(ImageHashes { bytes: 2, pixels: 2, perceptual: not_p, mirrored: p, flat: false }),
+            ),
             (member(Split::Train, "a/white.png", "a"), flat(3, 3)),
             (member(Split::Train, "a/black.png", "a"), flat(4, 4)),
         ];

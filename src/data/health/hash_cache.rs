@@ -113,7 +113,13 @@ mod tests {
     #[test]
     fn stored_hashes_read_back_while_the_stamp_matches() {
         let dir = tempfile::tempdir().unwrap();
-        let h = ImageHashes { bytes: 1 << 100, pixels: 7, perceptual: [u64::MAX, 1, 2, 3], mirrored: [3; WORDS], flat: true };
+        let h = ImageHashes {
+            bytes: 1 << 100,
+            pixels: 7,
+            perceptual: [u64::MAX, 1, 2, 3],
+            mirrored: [3; WORDS],
+            flat: true,
+        };
         let cache = HashCache::open(Some(dir.path()), Path::new("/data/set"));
         let files = vec![(PathBuf::from("/data/set/a b/c.png"), (10, 99), h)];
         assert!(cache.store(&files));

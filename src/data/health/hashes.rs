@@ -156,8 +156,7 @@ fn low_dct(grey: &[f32]) -> Vec<f32> {
     let mut rows = vec![0f32; SIDE * FREQS];
     for y in 0..SIDE {
         for u in 0..FREQS {
-            rows[y * FREQS + u] =
-                (0..SIDE).map(|x| basis[u * SIDE + x] * grey[y * SIDE + x]).sum();
+            rows[y * FREQS + u] = (0..SIDE).map(|x| basis[u * SIDE + x] * grey[y * SIDE + x]).sum();
         }
     }
     let mut out = vec![0f32; FREQS * FREQS];

@@ -121,7 +121,7 @@ mod tests {
             [0.1, 0.8, 0.1],
             [0.05, 0.9, 0.05],
             [0.3, 0.55, 0.15], // labelled 1, unsure: under t_0 = 0.6, t_1 = 0.75 and t_2 = 0.2
-            [0.7, 0.1, 0.2], // labelled 2 (t_2 = 0.2): confidently 0 (0.7 >= 0.6) and 2; 0 is more probable
+            [0.7, 0.1, 0.2],   // labelled 2 (t_2 = 0.2): confidently 0 (0.7 >= 0.6) and 2; 0 is more probable
         ];
         let flat: Vec<f32> = probs.iter().flatten().copied().collect();
         let issues = rank(&flat, &[0, 0, 0, 1, 1, 1, 2], 3);
@@ -132,7 +132,8 @@ mod tests {
 
     #[test]
     fn csv_quotes_what_needs_it() {
-        let issue = LabelIssue { index: 0, given: 0, predicted: 1, given_probability: 0.25, predicted_probability: 0.5 };
+        let issue =
+            LabelIssue { index: 0, given: 0, predicted: 1, given_probability: 0.25, predicted_probability: 0.5 };
         let csv = to_csv(&[issue], &["a,b/x \"1\".png".into()], &["val"], &["cat".into(), "dog".into()]);
         assert_eq!(
             csv,

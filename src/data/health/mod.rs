@@ -83,22 +83,15 @@ pub fn scan(splits: &Splits, data: &DataConfig) -> DataHealth {
                 SampleSource::Idx { index, .. } => format!("{} idx image #{index}", split_name(split)),
                 source => relative_name(source, &splits.root),
             };
-            let member = Member {
-                split,
-                path,
-                class: dataset.class_names[sample.label].clone(),
-                index,
-            };
+            let member = Member { split, path, class: dataset.class_names[sample.label].clone(), index };
             let (hashes, cached) = hash_source(&sample.source, &load, &cache);
             (member, hashes, cached)
         })
         .collect();
     let from_cache = hashed.iter().filter(|(_, _, c)| matches!(c, Some(Cached { hit: true, .. }))).count();
     if from_cache < hashed.iter().filter(|(_, _, c)| c.is_some()).count() {
-        let files: Vec<_> = hashed
-            .iter()
-            .filter_map(|(_, h, c)| Some((c.as_ref()?.path.clone(), c.as_ref()?.stamp, (*h)?)))
-            .collect();
+        let files: Vec<_> =
+            hashed.iter().filter_map(|(_, h, c)| Some((c.as_ref()?.path.clone(), c.as_ref()?.stamp, (*h)?))).collect();
         cache.store(&files);
     }
     let undecodable = hashed.iter().filter(|(_, h, _)| h.is_none()).count();
@@ -196,7 +189,11 @@ impl DataHealth {
         if leaked > 0 {
             out.push(format!(
                 "{} (validation accuracy is inflated; data.drop_leaked_val = true evaluates without them)",
-                counted(leaked, "validation image is a copy of a training image", "validation images are copies of training images")
+                counted(
+                    leaked,
+                    "validation image is a copy of a training image",
+                    "validation images are copies of training images"
+                )
             ));
         }
         let conflicts = self.duplicates.conflicts().count();

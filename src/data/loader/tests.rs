@@ -62,7 +62,13 @@ fn a_pass_built_on_the_iterating_thread_gives_the_workers_batches() {
     let pipe = Arc::new(super::SamplePipeline::from_config(&config, true));
     // Seven images in batches of 3 from the second batch on: a random order, augmentation
     // on, a short last batch.
-    let pass = super::Pass { order: Arc::new(vec![6, 2, 4, 0, 1, 5, 3]), batch_size: 3, skip_batches: 1, seed: 9, repeats: false };
+    let pass = super::Pass {
+        order: Arc::new(vec![6, 2, 4, 0, 1, 5, 3]),
+        batch_size: 3,
+        skip_batches: 1,
+        seed: 9,
+        repeats: false,
+    };
     let key = |b: super::Batch| (b.images, b.labels, b.height, b.width);
     let workers: Vec<_> = super::batches(dataset.clone(), pipe.clone(), pass.clone(), 2, 2).map(key).collect();
     let inline: Vec<_> = super::batches_on_this_thread(dataset, pipe, pass).map(key).collect();

@@ -66,9 +66,7 @@ impl Engine {
             | Job::PredictWith { .. }
             | Job::ExportModel { .. }
             | Job::DataHealth { .. }
-            | Job::Thumbnails { .. }) => {
-                pollster::block_on(run_async(job, &mut sink, &self.stop))
-            }
+            | Job::Thumbnails { .. }) => pollster::block_on(run_async(job, &mut sink, &self.stop)),
             Job::TrainInWorker(job) => {
                 // Normally started on a supervisor thread by `Session::submit`.
                 let end = crate::engine::worker::supervise(&job, &mut sink, &self.stop, &self.budget)?;
@@ -149,7 +147,9 @@ pub(super) async fn run_async(job: Job, sink: EventSink<'_>, stop: &StopSignal) 
             let load = crate::data::image_io::LoadOptions::default();
             let thumbnail = |source: &SampleSource| {
                 let img = match source {
-                    SampleSource::File(path) => crate::data::image_io::load_image_scaled(path, &load, THUMBNAIL_SIZE).ok(),
+                    SampleSource::File(path) => {
+                        crate::data::image_io::load_image_scaled(path, &load, THUMBNAIL_SIZE).ok()
+                    }
                     SampleSource::Encoded { bytes, .. } => {
                         crate::data::image_io::decode_image_scaled(bytes, &load, THUMBNAIL_SIZE).ok()
                     }
