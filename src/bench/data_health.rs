@@ -10,7 +10,7 @@ use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 use serde::Serialize;
 
-use crate::data::health::hashes::{ImageHashes, distance};
+use crate::data::health::hashes::ImageHashes;
 
 /// The kinds of copy the duplicate bench makes of each picture, by name.
 pub const COPY_KINDS: [&str; 9] =
@@ -68,14 +68,10 @@ fn copy_of(img: &RgbImage, kind: &str) -> RgbImage {
     }
 }
 
-/// Whether hashes `a` and `b` match within `t` bits: as the same picture (`mirror` false) or as
-/// mirror images (`mirror` true), as [`crate::data::health::duplicates::find`] links them.
-fn matches(a: &ImageHashes, b: &ImageHashes, t: u32, mirror: bool) -> bool {
-    if mirror {
-        distance(&a.perceptual, &b.mirrored).min(distance(&a.mirrored, &b.perceptual)) <= t
-    } else {
-        distance(&a.perceptual, &b.perceptual) <= t
-    }
+/// Whether hashes `a` and `b` match within `t` bits, as the same picture or as mirror images
+/// ([`crate::data::health::duplicates::near_kind`], as the duplicate finder links them).
+fn matches(a: &ImageHashes, b: &ImageHashes, t: u32) -> bool {
+    crate::data::health::duplicates::near_kind(a, b, t).is_some()
 }
 
 /// Recall and false matches of the perceptual hash at each of `thresholds` over `pictures`
@@ -104,22 +100,14 @@ pub fn bench_duplicates(pictures: &[RgbImage], thresholds: &[u32]) -> Vec<Duplic
         .map(|&t| {
             let recall: Vec<f64> = (0..COPY_KINDS.len())
                 .map(|k| {
-                    let mirror = COPY_KINDS[k] == "mirror";
-                    let found = usable.iter().filter(|&&i| matches(&hashes[i], &copies[i][k], t, mirror)).count();
+                    let found = usable.iter().filter(|&&i| matches(&hashes[i], &copies[i][k], t)).count();
                     found as f64 / usable.len().max(1) as f64
                 })
                 .collect();
             let false_pairs: usize = usable
                 .par_iter()
                 .enumerate()
-                .map(|(a, &i)| {
-                    usable[a + 1..]
-                        .iter()
-                        .filter(|&&j| {
-                            matches(&hashes[i], &hashes[j], t, false) || matches(&hashes[i], &hashes[j], t, true)
-                        })
-                        .count()
-                })
+                .map(|(a, &i)| usable[a + 1..].iter().filter(|&&j| matches(&hashes[i], &hashes[j], t)).count())
                 .sum();
             let pairs = usable.len() * usable.len().saturating_sub(1) / 2;
             let true_matches: f64 = recall.iter().sum::<f64>() * usable.len() as f64;

@@ -294,6 +294,7 @@ pub fn train_augment_comparison(
         report: Default::default(),
         root: dir.to_path_buf(),
         held_out: false,
+        labels_csv: None,
     };
     let mut base = config.clone();
     base.data.cache_dir = dir.join("cache").display().to_string();

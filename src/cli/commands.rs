@@ -57,7 +57,8 @@ pub struct EvalArgs {
     /// Exported model: run folder, export folder, or .bpk/.safetensors file.
     #[arg(value_parser = crate::data::user_path::UserPathParser, long)]
     model: PathBuf,
-    /// Dataset (default: the bundled subset); its validation/test split is evaluated.
+    /// Dataset folder or labels CSV (default: the run's own data, named in its data.txt, else the
+    /// bundled subset); its validation/test split is evaluated.
     #[arg(value_parser = crate::data::user_path::UserPathParser, long)]
     data: Option<PathBuf>,
     /// Evaluate the training split instead.
@@ -110,7 +111,14 @@ fn run_split(model: &Path, splits: Splits) -> anyhow::Result<Splits> {
 pub fn eval(args: EvalArgs) -> anyhow::Result<ExitCode> {
     let device = select_device(args.device.choice()?)?;
     let config = crate::export::load_metadata(&args.model)?.inference_config();
-    let splits = run_split(&args.model, open_data(args.data.as_ref(), &config, args.allow_empty_classes)?)?;
+    // A run folder's own data when --data is not given (its data.txt names it).
+    let data_path = args.data.clone().or_else(|| {
+        let note = std::fs::read_to_string(args.model.join(crate::train::run_dir::DATA_NOTE)).ok()?;
+        let path = PathBuf::from(note.trim_end());
+        eprintln!("data: {} (the run's, from its data.txt)", path.display());
+        Some(path)
+    });
+    let splits = run_split(&args.model, open_data(data_path.as_ref(), &config, args.allow_empty_classes)?)?;
     let root = splits.root.clone();
     let (data, split_names) = match (args.train_split, args.all_splits) {
         (true, _) => (splits.train, vec!["train"; 0]),
@@ -131,7 +139,7 @@ pub fn eval(args: EvalArgs) -> anyhow::Result<ExitCode> {
     if r.samples == 0 {
         bail!(
             "no image of {} could be evaluated ({} files skipped: decoding or size): there is nothing to measure",
-            args.data.as_ref().map_or_else(|| "the bundled data".to_string(), |d| d.display().to_string()),
+            data_path.as_ref().map_or_else(|| "the bundled data".to_string(), |d| d.display().to_string()),
             r.skipped.len()
         );
     }
@@ -200,6 +208,15 @@ fn write_label_issues(
         );
     }
     let csv = crate::data::health::label_issues::to_csv(&issues, &row_names, &row_splits, &r.class_names);
+    // Only a ranking is replaced: --label-issues pointing at the dataset's own CSV would lose it.
+    let existing = std::fs::read_to_string(&path).ok();
+    if existing.is_some_and(|text| !text.starts_with(crate::data::health::label_issues::HEADER)) {
+        eprintln!(
+            "warning: {} exists and is not a label-issues file: not overwritten; choose another file with --label-issues",
+            path.display()
+        );
+        return;
+    }
     match crate::atomic_file::write_atomic(&path, csv.as_bytes()) {
         Ok(()) => println!("ranking written to {}", path.display()),
         Err(e) => {
@@ -559,7 +576,7 @@ pub fn info(args: InfoArgs) -> anyhow::Result<ExitCode> {
 /// `vramfit check-data`.
 #[derive(Args, Debug)]
 pub struct CheckDataArgs {
-    /// Dataset folder.
+    /// Dataset folder, IDX folder or labels CSV file.
     #[arg(value_parser = crate::data::user_path::UserPathParser)]
     path: PathBuf,
     #[command(flatten)]

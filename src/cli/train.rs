@@ -27,7 +27,8 @@ pub struct TrainArgs {
     config: ConfigArgs,
     #[command(flatten)]
     device: DeviceArgs,
-    /// Dataset: ImageFolder (root/<class>/*.jpg, or root/train + root/val) or an IDX folder.
+    /// Dataset: ImageFolder (root/<class>/*.jpg, or root/train + root/val), an IDX folder, or a labels
+    /// CSV file (path,label[,split] rows, paths relative to it).
     /// Default: the bundled Fashion-MNIST subset.
     #[arg(value_parser = crate::data::user_path::UserPathParser, long)]
     data: Option<PathBuf>,

@@ -165,7 +165,7 @@ impl DecodeSurvey {
     /// "N files would be skipped", then each kind of fault with its count and up to 5 files.
     fn write_skips(&self, s: &mut String) {
         let skipped: usize = self.skipped.values().map(Vec::len).sum();
-        let _ = writeln!(s, "{skipped} files would be skipped");
+        let _ = writeln!(s, "{} would be skipped", crate::engine::words::count(skipped, "file"));
         for (kind, files) in &self.skipped {
             let _ = writeln!(s, "  {kind}: {}", files.len());
             for f in files.iter().take(5) {

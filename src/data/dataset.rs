@@ -209,6 +209,15 @@ pub struct Splits {
     /// Whether validation was held out of the training files (a seeded [`split`] by
     /// `data.val_fraction`) rather than given by the dataset (a `val/` folder, IDX t10k files).
     pub held_out: bool,
+    /// The labels CSV file the dataset was read from (`root` is its folder); `None` for folders.
+    pub labels_csv: Option<PathBuf>,
+}
+
+impl Splits {
+    /// What names this dataset for a later run: the labels CSV file, else the folder.
+    pub fn source(&self) -> &Path {
+        self.labels_csv.as_deref().unwrap_or(&self.root)
+    }
 }
 
 impl Splits {
@@ -283,9 +292,13 @@ impl Splits {
         }
         let val_counts = self.val.class_counts();
         if self.val.samples.is_empty() {
+            let fix = match &self.labels_csv {
+                Some(_) => "raise data.val_fraction, or mark some rows `val` in the CSV's split column",
+                None => "raise data.val_fraction or add a val/ folder",
+            };
             warnings.push(format!(
-                "the validation split of {} is empty: validation metrics will show as n/a (raise data.val_fraction or add a val/ folder)",
-                self.root.display()
+                "the validation split of {} is empty: validation metrics will show as n/a ({fix})",
+                self.source().display()
             ));
         } else {
             let missing: Vec<&String> =
@@ -375,7 +388,9 @@ fn open_inner(path: &Path, opts: &ScanOptions, mut refusals: Option<&mut Vec<Str
     if !dir.is_dir() {
         return Err(Error::Dataset {
             path: path.into(),
-            message: "no such folder; pass --data with an ImageFolder (root/<class>/*.jpg) or an IDX folder".into(),
+            message: "no such folder; pass --data with an ImageFolder (root/<class>/*.jpg), an IDX folder or a labels \
+                      CSV file (path,label rows)"
+                .into(),
         });
     }
     if let Some((imgs, labs)) = idx::find_split(&dir, "train") {
@@ -394,16 +409,16 @@ fn open_inner(path: &Path, opts: &ScanOptions, mut refusals: Option<&mut Vec<Str
                 dir.display(),
                 val_dir.file_name().unwrap_or_default().to_string_lossy()
             );
-            return Ok(Splits { train, val, description, report, root: dir, held_out: false });
+            return Ok(Splits { train, val, description, report, root: dir, held_out: false, labels_csv: None });
         }
         let (train, val) = split(train, opts);
         let description = format!("{} (train/, {})", dir.display(), held_out_note(&train, &val, opts));
-        return Ok(Splits { train, val, description, report, root: dir, held_out: true });
+        return Ok(Splits { train, val, description, report, root: dir, held_out: true, labels_csv: None });
     }
     let (all, report) = scan_folder_inner(&dir, opts, refusals)?;
     let (train, val) = split(all, opts);
     let description = format!("{} ({})", dir.display(), held_out_note(&train, &val, opts));
-    Ok(Splits { train, val, description, report, root: dir, held_out: true })
+    Ok(Splits { train, val, description, report, root: dir, held_out: true, labels_csv: None })
 }
 
 fn remap_labels(val: &mut Dataset, train_classes: &[String], val_dir: &Path) -> Result<()> {
@@ -467,11 +482,20 @@ fn open_idx(dir: &Path, imgs: &Path, labs: &Path, opts: &ScanOptions) -> Result<
             report: ScanReport::default(),
             root: dir.to_path_buf(),
             held_out: false,
+            labels_csv: None,
         });
     }
     let (train, val) = split(train, opts);
     let description = format!("{} (IDX, {})", dir.display(), held_out_note(&train, &val, opts));
-    Ok(Splits { train, val, description, report: ScanReport::default(), root: dir.to_path_buf(), held_out: true })
+    Ok(Splits {
+        train,
+        val,
+        description,
+        report: ScanReport::default(),
+        root: dir.to_path_buf(),
+        held_out: true,
+        labels_csv: None,
+    })
 }
 
 /// The samples of one IDX image file and its labels, with `class_names` (label `l` is
@@ -558,6 +582,7 @@ mod bundled_in_binary {
             report: ScanReport::default(),
             root: dir.to_path_buf(),
             held_out: false,
+            labels_csv: None,
         })
     }
 }

@@ -215,7 +215,10 @@ impl SplitRecord {
                     old.split
                 }
                 None => {
-                    let split = if self.held_out { held_out_by_hash(&path, val_fraction) } else { scanned };
+                    // Where the dataset now names the split itself (val/ folders, a CSV's split
+                    // column) a new file goes where it says; held out, by the stable hash.
+                    let split =
+                        if self.held_out && splits.held_out { held_out_by_hash(&path, val_fraction) } else { scanned };
                     changes.added += 1;
                     changes.added_to_val += usize::from(split == Split::Val);
                     split
@@ -245,19 +248,21 @@ impl SplitRecord {
         let missing: Vec<&str> = self.classes.iter().filter(|c| !classes.contains(c)).map(String::as_str).collect();
         let new: Vec<&str> = classes.iter().filter(|c| !self.classes.contains(c)).map(String::as_str).collect();
         let mut diff = Vec::new();
+        let quoted = |names: &[&str]| names.iter().map(|n| format!("`{n}`")).collect::<Vec<_>>().join(", ");
         if !missing.is_empty() {
-            diff.push(format!("no longer has {}", missing.join(", ")));
+            diff.push(format!("has no {}", quoted(&missing)));
         }
         if !new.is_empty() {
-            diff.push(format!("now also has {}", new.join(", ")));
+            diff.push(format!("has {} besides", quoted(&new)));
         }
         if diff.is_empty() {
             diff.push("has them in another order".into());
         }
+        let list = |names: &[String]| names.iter().map(|n| format!("`{n}`")).collect::<Vec<_>>().join(", ");
         Err(format!(
-            "the run was trained on the classes {} and the dataset {}: a network's classes are fixed, so \
-             resume with the data the run was trained on, or start a new run on this data",
-            self.classes.join(", "),
+            "the run was trained on the classes {} and this dataset {}: a network's classes are fixed, so \
+             use the data the run was trained on (its data.txt names it), or train a new run on this data",
+            list(&self.classes),
             diff.join(" and ")
         ))
     }
@@ -338,6 +343,7 @@ mod tests {
             report: Default::default(),
             root: root.to_path_buf(),
             held_out: true,
+            labels_csv: None,
         };
         for f in files {
             let path = root.join(f);
@@ -416,7 +422,7 @@ mod tests {
         let mut other = after.clone();
         other.train.class_names = vec!["cat".into(), "dog".into(), "fox".into()];
         let e = record.apply(&other, 0.0).unwrap_err();
-        assert!(e.contains("the classes cat, dog and the dataset now also has fox"), "{e}");
+        assert!(e.contains("the classes `cat`, `dog` and this dataset has `fox` besides"), "{e}");
         let newer = SplitRecord { format: FORMAT + 1, ..record.clone() };
         assert!(newer.apply(&after, 0.0).unwrap_err().contains("newer than this vramfit"));
     }

@@ -297,7 +297,7 @@ fn group_ui(
 ) {
     ui.horizontal_wrapped(|ui| {
         ui.small(group.kind.describe());
-        for m in group.members.iter().take(4) {
+        for m in group.for_display().into_iter().take(4) {
             let key = (m.split, m.index);
             wanted.push(key);
             ui.vertical(|ui| {

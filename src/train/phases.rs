@@ -134,8 +134,9 @@ fn check_data_and_precision(
 /// `splits.val`.
 fn data_health(options: &RunOptions<'_>, splits: &Splits, config: &Config, sink: EventSink) -> Vec<usize> {
     use crate::data::health;
+    let remedies = health::Remedies::of(config);
     if !config.data.find_duplicates {
-        if let Some(w) = health::imbalance_of(splits).warning() {
+        if let Some(w) = health::imbalance_of(splits).warning().filter(|_| !remedies.balanced) {
             sink(Event::Warning(w));
         }
         return vec![];
@@ -151,8 +152,8 @@ fn data_health(options: &RunOptions<'_>, splits: &Splits, config: &Config, sink:
         }
         Store::Memory => "`vramfit check-data` on the dataset".to_string(),
     };
-    if let Some(line) = report.summary_line(&whole) {
-        sink(if report.warnings().is_empty() { Event::Info(line) } else { Event::Warning(line) });
+    if let Some((line, warn)) = report.summary_line(&whole, remedies) {
+        sink(if warn { Event::Warning(line) } else { Event::Info(line) });
     }
     let leaked = report.leaked_val_indices();
     if config.data.drop_leaked_val && !leaked.is_empty() {

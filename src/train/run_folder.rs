@@ -137,7 +137,7 @@ impl Run<'_> {
             }
         }
         run_dir::write_manifest(out)?;
-        self.write_data_note(out, &splits.root, stored.is_some(), sink)?;
+        self.write_data_note(out, splits.source(), stored.is_some(), sink)?;
         let json = match record {
             Some(kept) => serde_json::to_vec(kept),
             None => serde_json::to_vec(&SplitRecord::of(splits)),
@@ -149,7 +149,7 @@ impl Run<'_> {
         Ok(())
     }
 
-    /// Writes `data.txt` (the data folder, absolute, for `--resume` without `--data`); a resume
+    /// Writes `data.txt` (the data folder or labels CSV, absolute, for `--resume` without `--data`); a resume
     /// on another folder than the one it names is announced.
     fn write_data_note(&self, out: &Path, data: &Path, resumed: bool, sink: EventSink) -> Result<()> {
         let note = out.join(run_dir::DATA_NOTE);

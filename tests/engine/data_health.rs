@@ -218,3 +218,42 @@ fn a_labels_csv_names_each_bad_row_and_refuses_paths_outside_its_folder() {
     let e = dataset::open(&csv, &allowed).unwrap_err().to_string();
     assert!(e.contains("line 7: ../outside.png does not exist"), "{e}");
 }
+
+#[cfg(unix)]
+#[test]
+fn a_labels_csv_cannot_reach_outside_its_folder_by_link_backslash_or_absolute_dots() {
+    let dir = tempfile::tempdir().unwrap();
+    let outside = dir.path().join("outside");
+    std::fs::create_dir_all(&outside).unwrap();
+    std::fs::copy(cases().join("C34/dataset/rare/img_00.png"), outside.join("secret.png")).unwrap();
+    let data = dir.path().join("data");
+    let csv = labels_csv(&data, "path,label", &["images/common_0.png,common".to_string()]);
+    std::os::unix::fs::symlink(outside.join("secret.png"), data.join("images/link.png")).unwrap();
+    std::os::unix::fs::symlink(&outside, data.join("linked_dir")).unwrap();
+    let secret = outside.join("secret.png");
+    let rows = [
+        "images/common_0.png,common".to_string(),
+        "images/link.png,rare".to_string(),
+        "linked_dir/secret.png,rare".to_string(),
+        format!("{},rare", secret.display().to_string().replace('/', "\\")),
+        format!("{}/../outside/secret.png,rare", data.display()),
+    ];
+    std::fs::write(&csv, format!("path,label\n{}\n", rows.join("\n"))).unwrap();
+    let opts = ScanOptions { val_fraction: 0.0, seed: 1, allow_empty_classes: false, csv_paths_outside: false };
+    let e = dataset::open(&csv, &opts).unwrap_err().to_string();
+    assert!(e.contains("4 rows that cannot be used"), "{e}");
+    for line in 3..=6 {
+        assert!(e.contains(&format!("line {line}: ")), "line {line}: {e}");
+    }
+    assert_eq!(e.matches("is outside the CSV file's folder").count(), 4, "{e}");
+}
+
+#[test]
+fn a_labels_csv_row_repeating_a_file_is_named_with_both_lines() {
+    let dir = tempfile::tempdir().unwrap();
+    let rows = ["images/common_0.png,common", "images/rare_0.png,rare", "images\\common_0.png,rare"].map(String::from);
+    let csv = labels_csv(dir.path(), "path,label", &rows);
+    let opts = ScanOptions { val_fraction: 0.0, seed: 1, allow_empty_classes: false, csv_paths_outside: false };
+    let e = dataset::open(&csv, &opts).unwrap_err().to_string();
+    assert!(e.contains("line 4: images\\common_0.png is already on line 2; keep one row per image"), "{e}");
+}

@@ -68,19 +68,19 @@ pub fn from_files(root: &str, files: Vec<(PathBuf, Arc<[u8]>)>, opts: &ScanOptio
         let all = scan(&root_path, &[], &kept, opts, &mut report)?;
         let (train, val) = split(all, opts);
         let description = format!("{root} (images handed over; {})", super::held_out_note(&train, &val, opts));
-        return Ok(Splits { train, val, description, report, root: root_path, held_out: true });
+        return Ok(Splits { train, val, description, report, root: root_path, held_out: true, labels_csv: None });
     }
     let train = scan(&root_path, &["train"], &kept, opts, &mut report)?;
     let val_folder = VAL_FOLDERS.into_iter().find(|v| folder_exists(v));
     let Some(val_folder) = val_folder else {
         let (train, val) = split(train, opts);
         let description = format!("{root} (train/, {})", super::held_out_note(&train, &val, opts));
-        return Ok(Splits { train, val, description, report, root: root_path, held_out: true });
+        return Ok(Splits { train, val, description, report, root: root_path, held_out: true, labels_csv: None });
     };
     let mut val = scan(&root_path, &[val_folder], &kept, opts, &mut report)?;
     remap_labels(&mut val, &train.class_names, &root_path.join(val_folder))?;
     let description = format!("{root} (train/ and {val_folder}/)");
-    Ok(Splits { train, val, description, report, root: root_path, held_out: false })
+    Ok(Splits { train, val, description, report, root: root_path, held_out: false, labels_csv: None })
 }
 
 /// The path's normal components, or `None` when it is absolute or climbs out (`..`).

@@ -41,6 +41,7 @@ pub fn is_labels_csv(path: &Path) -> bool {
 }
 
 /// Which column holds what.
+#[derive(Debug)]
 struct Columns {
     path: usize,
     label: usize,
@@ -111,6 +112,7 @@ pub fn open(csv: &Path, opts: &super::ScanOptions) -> Result<Splits> {
         report: ScanReport::default(),
         root,
         held_out,
+        labels_csv: Some(csv.to_path_buf()),
     })
 }
 
@@ -119,31 +121,65 @@ fn read_rows(text: &str, root: &Path, outside: bool) -> (Vec<Row>, Vec<String>) 
     let mut lines = text.trim_start_matches('\u{feff}').lines().enumerate().filter(|(_, l)| !l.trim().is_empty());
     let (mut rows, mut problems) = (Vec::new(), Vec::new());
     let Some((first_no, first)) = lines.next() else { return (rows, problems) };
-    let header = fields(first).ok();
-    let columns = header.as_ref().and_then(|h| columns_of(h));
+    let columns = match fields(first).map(|h| columns_of(&h, root)) {
+        Ok(Err(why)) => {
+            problems.push(format!("line {}: {why}", first_no + 1));
+            return (rows, problems);
+        }
+        Ok(Ok(columns)) => columns,
+        Err(_) => None,
+    };
     let mut all: Vec<(usize, &str)> = lines.collect();
     if columns.is_none() {
         all.insert(0, (first_no, first));
     }
     let columns = columns.unwrap_or(Columns { path: 0, label: 1, split: Some(2) });
+    let mut first_line: std::collections::HashMap<PathBuf, usize> = std::collections::HashMap::new();
     for (no, line) in all {
         match row(line, &columns, root, outside) {
-            Ok(r) => rows.push(r),
+            Ok(r) => match first_line.get(&r.file) {
+                // One file on two rows would be two samples, one of each label or split.
+                Some(&earlier) => problems.push(format!(
+                    "line {}: {} is already on line {earlier}; keep one row per image",
+                    no + 1,
+                    cell_path(line, &columns)
+                )),
+                None => {
+                    first_line.insert(r.file.clone(), no + 1);
+                    rows.push(r);
+                }
+            },
             Err(why) => problems.push(format!("line {}: {why}", no + 1)),
         }
     }
     (rows, problems)
 }
 
-/// The columns a header row names; `None` when no cell is a column name (a data row).
-fn columns_of(header: &[String]) -> Option<Columns> {
+/// The path cell of a row that parsed (for messages).
+fn cell_path(line: &str, columns: &Columns) -> String {
+    fields(line).ok().and_then(|c| c.get(columns.path).map(|p| p.trim().to_string())).unwrap_or_default()
+}
+
+/// What the first row is: a header naming the columns, or a data row (`Ok(None)`); an error
+/// for a header that names no path or no label column. A row naming both is a header; one
+/// naming some column is a header unless its first cell is an existing file under `root` (a
+/// headerless file whose first label happens to be `target`).
+fn columns_of(header: &[String], root: &Path) -> std::result::Result<Option<Columns>, String> {
     let find = |names: &[&str]| header.iter().position(|h| names.iter().any(|n| h.trim().eq_ignore_ascii_case(n)));
-    let (path, label, split) = (find(&PATH_NAMES), find(&LABEL_NAMES), find(&["split", "subset", "fold"]));
-    if path.is_none() && label.is_none() && split.is_none() {
-        return None;
+    let (path, label, split) = (find(&PATH_NAMES), find(&LABEL_NAMES), find(&["split", "subset"]));
+    let first_is_file = header.first().is_some_and(|c| root.join(c.trim().replace('\\', "/")).is_file());
+    match (path, label) {
+        (Some(path), Some(label)) => Ok(Some(Columns { path, label, split })),
+        (None, None) if split.is_none() => Ok(None),
+        _ if first_is_file => Ok(None),
+        _ => Err(format!(
+            "the header {:?} names no {} column: name the image column one of {} and the class column one of {}",
+            header.join(","),
+            if path.is_none() { "path" } else { "label" },
+            PATH_NAMES.join(", "),
+            LABEL_NAMES.join(", ")
+        )),
     }
-    // A header naming only some columns: the others in their usual places.
-    Some(Columns { path: path.unwrap_or(0), label: label.unwrap_or(1), split })
 }
 
 /// One data row as a [`Row`], or why it cannot be used.
@@ -167,6 +203,9 @@ fn row(line: &str, columns: &Columns, root: &Path, outside: bool) -> std::result
         other => return Err(format!("split {other:?} is not train, val or test")),
     };
     let file = resolve(path, root, outside)?;
+    if file.is_dir() {
+        return Err(format!("{path} is a folder, not an image file"));
+    }
     if !file.is_file() {
         return Err(format!("{path} does not exist (looked for {}); fix the path or remove the row", file.display()));
     }
@@ -174,27 +213,35 @@ fn row(line: &str, columns: &Columns, root: &Path, outside: bool) -> std::result
 }
 
 /// `path` (a CSV cell) as a file under `root`; refused when it leaves `root` and `outside` is off.
+/// `\` separates like `/` (so `\etc\passwd` is the absolute `/etc/passwd`), and containment is
+/// decided on the resolved path: `..` anywhere, and symbolic links inside `root` that point out
+/// of it, leave it.
 fn resolve(path: &str, root: &Path, outside: bool) -> std::result::Result<PathBuf, String> {
-    let given = Path::new(path);
-    let relative = if given.is_absolute() { None } else { Some(path.replace('\\', "/")) };
-    let leaves = match &relative {
-        Some(rel) => Path::new(rel).components().any(|c| matches!(c, Component::ParentDir)),
-        None => {
-            let abs_root = std::path::absolute(root).unwrap_or_else(|_| root.to_path_buf());
-            !given.starts_with(&abs_root)
-        }
-    };
-    if leaves && !outside {
+    let given = PathBuf::from(path.replace('\\', "/"));
+    let file = if given.is_absolute() { given } else { root.join(given) };
+    if !outside && !is_inside(&file, root) {
         return Err(format!(
             "{path} is outside the CSV file's folder {}; move the images under it, or set \
              data.csv_paths_outside = true if you trust the file",
             root.display()
         ));
     }
-    Ok(match relative {
-        Some(rel) => root.join(rel),
-        None => given.to_path_buf(),
-    })
+    Ok(file)
+}
+
+/// Whether `file` is inside `root` once resolved: both made absolute with symbolic links and
+/// `..` resolved (`canonicalize`); a file that does not exist is judged by its path alone (a
+/// `..` component leaves).
+fn is_inside(file: &Path, root: &Path) -> bool {
+    let abs = |p: &Path| std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf());
+    let root = root.canonicalize().unwrap_or_else(|_| abs(root));
+    match file.canonicalize() {
+        Ok(real) => real.starts_with(&root),
+        Err(_) => {
+            let file = abs(file);
+            !file.components().any(|c| matches!(c, Component::ParentDir)) && file.starts_with(&root)
+        }
+    }
 }
 
 /// The fields of one CSV line (RFC 4180, one line: a quoted field may hold commas and doubled
@@ -259,10 +306,14 @@ mod tests {
 
     #[test]
     fn a_header_is_found_by_its_names_and_columns_by_name() {
-        let h = |s: &str| columns_of(&fields(s).unwrap());
-        let c = h("Split,Image_Path,extra,Label").unwrap();
+        let root = Path::new("/nonexistent");
+        let h = |s: &str| columns_of(&fields(s).unwrap(), root);
+        let c = h("Split,Image_Path,extra,Label").unwrap().unwrap();
         assert_eq!((c.path, c.label, c.split), (1, 3, Some(0)));
-        assert!(h("cat/1.png,cat").is_none(), "a data row");
+        assert!(h("cat/1.png,cat").unwrap().is_none(), "a data row");
+        assert!(h("species,image").unwrap_err().contains("names no label column"));
+        assert!(h("filename,split").unwrap_err().contains("names no label column"));
+        assert!(h("id,fold,label").unwrap_err().contains("names no path column"));
     }
 
     #[test]
@@ -271,6 +322,8 @@ mod tests {
         assert_eq!(resolve("cat\\1.png", root, false).unwrap(), Path::new("/data/set/cat/1.png"));
         assert!(resolve("../secret.png", root, false).unwrap_err().contains("outside the CSV file's folder"));
         assert!(resolve("/etc/passwd", root, false).is_err());
+        assert!(resolve("\\etc\\passwd", root, false).is_err(), "a leading backslash is the root");
+        assert!(resolve("/data/set/../../etc/passwd", root, false).is_err(), "an absolute path with ..");
         assert_eq!(resolve("/data/set/a.png", root, false).unwrap(), Path::new("/data/set/a.png"));
         assert_eq!(resolve("../x.png", root, true).unwrap(), Path::new("/data/set/../x.png"));
     }

@@ -1,7 +1,8 @@
 //! The duplicate finder's hashes kept between scans, beside the decoded-image cache: one file per
 //! dataset folder, `<image cache>/hashes/<xxh3-64 of the folder's absolute path>.tsv`, holding
 //! one line per image file of the last scan:
-//! `size \t mtime_ns \t bytes \t pixels \t perceptual \t mirrored \t flat \t path` (hex hashes).
+//! `size \t mtime_ns \t bytes \t pixels \t perceptual \t mirrored \t flat \t colour \t path` (hex
+//! hashes; a line of another layout, from an older vramfit, is hashed again).
 //! A line is used only when the file's size and modification time still match, so an edited
 //! image is hashed again. Each scan rewrites the file with the dataset's present files (so it
 //! never grows past the dataset: about 100 bytes an image), atomically; a file it cannot write is
@@ -59,12 +60,15 @@ impl HashCache {
             let Some(p) = path.to_str().filter(|p| !p.contains(['\t', '\n', '\r'])) else { continue };
             let _ = writeln!(
                 text,
-                "{size}\t{mtime}\t{:032x}\t{:032x}\t{}\t{}\t{}\t{p}",
+                "{size}\t{mtime}\t{:032x}\t{:032x}\t{}\t{}\t{}\t{:02x}{:02x}{:02x}\t{p}",
                 h.bytes,
                 h.pixels,
                 hex(&h.perceptual),
                 hex(&h.mirrored),
-                u8::from(h.flat)
+                u8::from(h.flat),
+                h.colour[0],
+                h.colour[1],
+                h.colour[2]
             );
         }
         crate::atomic_file::write_atomic(file, text.as_bytes()).is_ok()
@@ -90,7 +94,7 @@ fn unhex(s: &str) -> Option<Perceptual> {
 
 /// One cache line back as (path, (stamp, hashes)); `None` when it does not parse.
 fn parse_line(line: &str) -> Option<(PathBuf, (FileStamp, ImageHashes))> {
-    let mut f = line.splitn(8, '\t');
+    let mut f = line.splitn(9, '\t');
     let size = f.next()?.parse().ok()?;
     let mtime = f.next()?.parse().ok()?;
     let bytes = u128::from_str_radix(f.next()?, 16).ok()?;
@@ -102,8 +106,11 @@ fn parse_line(line: &str) -> Option<(PathBuf, (FileStamp, ImageHashes))> {
         "1" => true,
         _ => return None,
     };
+    let colour = f.next().filter(|c| c.len() == 6)?;
+    let channel = |i: usize| u8::from_str_radix(colour.get(2 * i..2 * i + 2)?, 16).ok();
+    let colour = [channel(0)?, channel(1)?, channel(2)?];
     let path = PathBuf::from(f.next()?);
-    Some((path, ((size, mtime), ImageHashes { bytes, pixels, perceptual, mirrored, flat })))
+    Some((path, ((size, mtime), ImageHashes { bytes, pixels, perceptual, mirrored, flat, colour })))
 }
 
 #[cfg(test)]
@@ -119,6 +126,7 @@ mod tests {
             perceptual: [u64::MAX, 1, 2, 3],
             mirrored: [3; WORDS],
             flat: true,
+            colour: [1, 128, 255],
         };
         let cache = HashCache::open(Some(dir.path()), Path::new("/data/set"));
         let files = vec![(PathBuf::from("/data/set/a b/c.png"), (10, 99), h)];
@@ -132,7 +140,8 @@ mod tests {
     #[test]
     fn a_damaged_line_is_dropped_not_misread() {
         let h = "0".repeat(16 * WORDS);
-        let line = |bytes: &str, p: &str, flat: &str| format!("10\t99\t{bytes}\t7\t{p}\t{h}\t{flat}\t/x\ty.png");
+        let line =
+            |bytes: &str, p: &str, flat: &str| format!("10\t99\t{bytes}\t7\t{p}\t{h}\t{flat}\t0a0b0c\t/x\ty.png");
         assert!(parse_line(&line("1", &h, "0")).is_some_and(|(p, _)| p == Path::new("/x\ty.png")));
         assert!(parse_line(&line("zz", &h, "0")).is_none());
         assert!(parse_line(&line("1", &h, "2")).is_none());

@@ -56,6 +56,9 @@ pub struct ImageHashes {
     /// The picture is one flat grey level (within [`FLAT_GREY_STD`]): its perceptual hash is
     /// rounding noise, so it is matched by its pixels only (check-data names flat images apart).
     pub flat: bool,
+    /// The mean colour (RGB, 0..255): the perceptual hash sees grey only, and copies keep their
+    /// colours ([`super::duplicates::colours_match`]).
+    pub colour: [u8; 3],
 }
 
 impl ImageHashes {
@@ -67,8 +70,27 @@ impl ImageHashes {
         pixel_key.extend_from_slice(img.as_raw());
         let grey = box_grey(img);
         let (perceptual, mirrored) = hashes_of_grey(&grey);
-        Self { bytes: xxh3_128(bytes), pixels: xxh3_128(&pixel_key), perceptual, mirrored, flat: is_flat(&grey) }
+        Self {
+            bytes: xxh3_128(bytes),
+            pixels: xxh3_128(&pixel_key),
+            perceptual,
+            mirrored,
+            flat: is_flat(&grey),
+            colour: mean_colour(img),
+        }
     }
+}
+
+/// The mean of each channel of `img` (0 for an empty image).
+fn mean_colour(img: &RgbImage) -> [u8; 3] {
+    let mut sums = [0u64; 3];
+    for p in img.as_raw().chunks_exact(3) {
+        for c in 0..3 {
+            sums[c] += u64::from(p[c]);
+        }
+    }
+    let n = (u64::from(img.width()) * u64::from(img.height())).max(1);
+    sums.map(|s| (s / n) as u8)
 }
 
 /// Bits in which two perceptual hashes differ.

@@ -22,6 +22,9 @@ use std::fmt::Write as _;
 /// directory, or where `--label-issues` says).
 pub const REPORT_FILE: &str = "label_issues.csv";
 
+/// The header of [`to_csv`]'s file.
+pub const HEADER: &str = "path,split,given_label,predicted_label,given_probability,predicted_probability";
+
 /// One image whose label the model doubts.
 #[derive(Clone, Debug, PartialEq)]
 pub struct LabelIssue {
@@ -86,7 +89,7 @@ fn class_thresholds(probs: &[f32], labels: &[usize], classes: usize) -> Vec<Opti
 /// one row per issue in rank order; `names[index]` is each image's path and `splits[index]` its
 /// split (`train`/`val`). Fields are quoted where they hold a comma, quote or line break.
 pub fn to_csv(issues: &[LabelIssue], names: &[String], splits: &[&str], class_names: &[String]) -> String {
-    let mut out = String::from("path,split,given_label,predicted_label,given_probability,predicted_probability\n");
+    let mut out = format!("{HEADER}\n");
     for issue in issues {
         let _ = writeln!(
             out,

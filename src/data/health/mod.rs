@@ -29,6 +29,26 @@ use duplicates::{Duplicates, Member};
 use hashes::ImageHashes;
 use imbalance::Imbalance;
 
+/// Which findings a run's config already deals with ([`DataHealth::summary_line`]).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Remedies {
+    /// `data.drop_leaked_val`: validation leaves out its copies of training images.
+    pub leaked_dropped: bool,
+    /// `train.class_weights` or `data.sampler` is `"balanced"`.
+    pub balanced: bool,
+}
+
+impl Remedies {
+    /// The remedies `config` turns on.
+    pub fn of(config: &crate::config::Config) -> Self {
+        Self {
+            leaked_dropped: config.data.drop_leaked_val,
+            balanced: config.train.class_weights != crate::config::ClassWeights::None
+                || config.data.sampler != crate::config::Sampler::Shuffle,
+        }
+    }
+}
+
 /// The report's file in a run folder.
 pub const REPORT_FILE: &str = "data_health.txt";
 
@@ -207,18 +227,23 @@ impl DataHealth {
         out
     }
 
-    /// The one line `train` prints: the warnings' counts, copies inside classes, and where the
-    /// report is; `None` when there is nothing to say.
-    pub fn summary_line(&self, report: &str) -> Option<String> {
+    /// The one line `train` prints: the findings' counts, copies inside classes, and where the
+    /// report is, with whether it is a warning; `None` when there is nothing to say. `remedies`
+    /// says which findings the run's config already deals with: their part says so and does
+    /// not make the line a warning.
+    pub fn summary_line(&self, report: &str, remedies: Remedies) -> Option<(String, bool)> {
         let leaked = self.leaked_val_indices().len();
         let conflicts = self.duplicates.conflicts().count();
         let within: usize = self.duplicates.within_class().map(|g| g.members.len() - 1).sum();
+        let imbalanced = self.imbalance.ratio() > imbalance::WARN_RATIO;
         let mut parts = Vec::new();
         if leaked > 0 {
-            parts.push(format!(
-                "{} of training images (validation accuracy inflated)",
-                counted(leaked, "validation copy", "validation copies")
-            ));
+            let copies = counted(leaked, "validation copy", "validation copies");
+            parts.push(if remedies.leaked_dropped {
+                format!("{copies} of training images (left out of validation: data.drop_leaked_val)")
+            } else {
+                format!("{copies} of training images (validation accuracy inflated)")
+            });
         }
         if conflicts > 0 {
             parts.push(counted(conflicts, "picture under two labels", "pictures under two labels"));
@@ -226,10 +251,12 @@ impl DataHealth {
         if within > 0 {
             parts.push(format!("{} inside classes", counted(within, "extra copy", "extra copies")));
         }
-        if self.imbalance.ratio() > imbalance::WARN_RATIO {
-            parts.push(format!("class imbalance {:.1}:1", self.imbalance.ratio()));
+        if imbalanced {
+            let balanced = if remedies.balanced { " (balanced by the config)" } else { "" };
+            parts.push(format!("class imbalance {:.1}:1{balanced}", self.imbalance.ratio()));
         }
-        (!parts.is_empty()).then(|| format!("data health: {}; see {report}", parts.join(", ")))
+        let warn = conflicts > 0 || (leaked > 0 && !remedies.leaked_dropped) || (imbalanced && !remedies.balanced);
+        (!parts.is_empty()).then(|| (format!("data health: {}; see {report}", parts.join(", ")), warn))
     }
 
     /// The whole report: a heading line, then copies under two labels, validation copies of
@@ -243,7 +270,11 @@ impl DataHealth {
             "duplicates among {} images ({:.1} s{}): {} groups, {} extra copies",
             self.images,
             self.secs,
-            if self.from_cache > 0 { format!(", {} hashes from the cache", self.from_cache) } else { String::new() },
+            if self.from_cache > 0 {
+                format!(", {} from the cache", counted(self.from_cache, "hash", "hashes"))
+            } else {
+                String::new()
+            },
             d.groups.len(),
             d.extra_copies()
         );
@@ -275,7 +306,7 @@ impl DataHealth {
                 let _ = writeln!(s, "  {} = {} ({})", some(&val, ", "), some(&train, ", "), g.kind.describe());
             }
             if leaking.len() > LISTED {
-                let _ = writeln!(s, "  and {} more groups", leaking.len() - LISTED);
+                let _ = writeln!(s, "  and {}", counted(leaking.len() - LISTED, "more group", "more groups"));
             }
         }
         let within: Vec<_> = d.within_class().collect();
@@ -308,14 +339,14 @@ fn write_groups(s: &mut String, title: &str, groups: &[&duplicates::DuplicateGro
     let _ = writeln!(s, "{title}: {}", groups.len());
     for g in groups.iter().take(LISTED) {
         let files: Vec<String> = g
-            .members
-            .iter()
+            .for_display()
+            .into_iter()
             .map(|m| if g.is_conflict() { format!("{} [{}]", m.path, m.class) } else { m.path.clone() })
             .collect();
         let _ = writeln!(s, "  {} ({})", some(&files, " = "), g.kind.describe());
     }
     if groups.len() > LISTED {
-        let _ = writeln!(s, "  and {} more groups", groups.len() - LISTED);
+        let _ = writeln!(s, "  and {}", counted(groups.len() - LISTED, "more group", "more groups"));
     }
 }
 
