@@ -218,9 +218,7 @@ impl Splits {
     pub fn source(&self) -> &Path {
         self.labels_csv.as_deref().unwrap_or(&self.root)
     }
-}
 
-impl Splits {
     /// Checks that the data can train a classifier, before anything runs; returns warnings.
     ///
     /// Refused: fewer than 2 classes (a single class trains to a meaningless 100%), and any class

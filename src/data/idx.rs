@@ -36,6 +36,15 @@ impl IdxImages {
         let n = self.rows * self.cols;
         &self.pixels[i * n..(i + 1) * n]
     }
+
+    /// Image `i` as RGB (grey in all three channels), `cols x rows`.
+    pub fn rgb_image(&self, i: usize) -> image::RgbImage {
+        let gray = self.image(i);
+        image::RgbImage::from_fn(self.cols as u32, self.rows as u32, |x, y| {
+            let v = gray[y as usize * self.cols + x as usize];
+            image::Rgb([v, v, v])
+        })
+    }
 }
 
 /// Un-gzips `raw` when it starts with the gzip magic, else returns it unchanged.

@@ -138,13 +138,7 @@ impl SamplePipeline {
             SampleSource::File(path) => image_io::load_image(path, &self.load),
             SampleSource::Encoded { path, bytes } => image_io::decode_image(bytes, &self.load)
                 .map_err(|fault| crate::Error::Image { path: path.clone(), fault }),
-            SampleSource::Idx { images, index } => {
-                let gray = images.image(*index);
-                Ok(RgbImage::from_fn(images.cols as u32, images.rows as u32, |x, y| {
-                    let v = gray[y as usize * images.cols + x as usize];
-                    image::Rgb([v, v, v])
-                }))
-            }
+            SampleSource::Idx { images, index } => Ok(images.rgb_image(*index)),
         }
     }
 

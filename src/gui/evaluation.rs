@@ -60,9 +60,10 @@ pub(super) fn evaluation_ui(
     ));
     let mut wanted = Vec::new();
     egui::ScrollArea::vertical().auto_shrink([false, false]).show(ui, |ui| {
+        let (recalls, precisions) = (eval.per_class_accuracy(), eval.per_class_precision());
         egui::Grid::new("per_class").striped(true).show(ui, |ui| {
             for (c, name) in eval.class_names.iter().enumerate() {
-                let (recall, precision) = (eval.per_class_accuracy()[c], eval.per_class_precision()[c]);
+                let (recall, precision) = (recalls[c], precisions[c]);
                 ui.label(name);
                 let bar = egui::ProgressBar::new(if recall.is_finite() { recall } else { 0.0 });
                 ui.add(bar.text(format!("recall {}", pct(recall))).desired_width(160.0));

@@ -189,20 +189,27 @@ impl<'a> Run<'a> {
 
     /// The model as it is now, evaluated on the validation split.
     pub(super) async fn evaluate(&self, data: &EpochData) -> Result<EvalResult> {
+        let settings = self.eval_settings(false);
+        let model = self.trainer.model().valid();
+        eval::evaluate(&model, data.val.clone(), data.eval_pipe.clone(), &self.trainer.device, &settings).await
+    }
+
+    /// How the run evaluates: batches of at least 32 in its precision, on the loader threads in a
+    /// run folder (on the awaiting thread in memory: a page has none), keeping each image's
+    /// probabilities when `keep_probabilities`.
+    fn eval_settings(&self, keep_probabilities: bool) -> eval::EvalSettings<'_> {
         let workers = match self.options.store {
             Store::Folder { .. } => self.config.data.workers,
             Store::Memory => 0,
         };
-        let settings = eval::EvalSettings {
+        eval::EvalSettings {
             model: &self.config.model,
             batch_size: self.loader_batch.max(32),
             precision: self.config.train.precision,
             workers,
             buffer_limit: self.device.buffer_limit(),
-            keep_probabilities: false,
-        };
-        let model = self.trainer.model().valid();
-        eval::evaluate(&model, data.val.clone(), data.eval_pipe.clone(), &self.trainer.device, &settings).await
+            keep_probabilities,
+        }
     }
 
     /// Phase 7, a run that trained to its end: the images whose label the finished model
@@ -219,14 +226,7 @@ impl<'a> Run<'a> {
         all.samples.extend(data.val.samples.iter().cloned());
         let names: Vec<String> = all.samples.iter().map(|s| relative_name(&s.source, &splits.root)).collect();
         let n_train = data.train.samples.len();
-        let settings = eval::EvalSettings {
-            model: &self.config.model,
-            batch_size: self.loader_batch.max(32),
-            precision: self.config.train.precision,
-            workers: if matches!(self.options.store, Store::Folder { .. }) { self.config.data.workers } else { 0 },
-            buffer_limit: self.device.buffer_limit(),
-            keep_probabilities: true,
-        };
+        let settings = self.eval_settings(true);
         let model = self.trainer.model().valid();
         let r =
             eval::evaluate(&model, std::sync::Arc::new(all), data.eval_pipe.clone(), &self.trainer.device, &settings)

@@ -171,12 +171,7 @@ fn hash_source(
         }
         SampleSource::Encoded { bytes, .. } => (decode(bytes).map(|img| ImageHashes::of(bytes, &img)), None),
         SampleSource::Idx { images, index } => {
-            let grey = images.image(*index);
-            let img = image::RgbImage::from_fn(images.cols as u32, images.rows as u32, |x, y| {
-                let v = grey[y as usize * images.cols + x as usize];
-                image::Rgb([v, v, v])
-            });
-            (Some(ImageHashes::of(grey, &img)), None)
+            (Some(ImageHashes::of(images.image(*index), &images.rgb_image(*index))), None)
         }
     }
 }

@@ -153,10 +153,7 @@ pub(super) async fn run_async(job: Job, sink: EventSink<'_>, stop: &StopSignal) 
                     SampleSource::Encoded { bytes, .. } => {
                         crate::data::image_io::decode_image_scaled(bytes, &load, THUMBNAIL_SIZE).ok()
                     }
-                    SampleSource::Idx { .. } => {
-                        let pipe = crate::data::pipeline::SamplePipeline::from_config(&Default::default(), false);
-                        pipe.decode(source).ok()
-                    }
+                    SampleSource::Idx { images, index } => Some(images.rgb_image(*index)),
                 }?;
                 Some(image::imageops::thumbnail(&img, THUMBNAIL_SIZE, THUMBNAIL_SIZE))
             };
