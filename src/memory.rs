@@ -27,40 +27,7 @@
 //! cells).
 //!
 //! # Page rounding
-//! What a card runs out of is reserved bytes. cubecl 0.11's default `Adaptive` memory
-//! (`cubecl-server/src/memory_management/dynamic/`) serves allocations up to 64 KiB from one
-//! sliced pool of 8 MiB pages ([`SMALL_POOL_PAGE`]), and carves everything larger from pages
-//! sized to the largest allocation served so far plus 1 MiB, rounded up to the MiB
-//! ([`page_size`]). Freed slices leave holes that a later, larger tensor cannot use, so the pools
-//! hold some partly used pages beyond the bytes in use. Measured over `vramfit bench memory -c
-//! 12gb --grid tiers --fresh` on lavapipe (`reserved - peak in use`, steady steps, 224 px,
-//! batch 4-32), that slack is 8 MiB plus, in pages of the largest tensor of the run's precision:
-//!
-//! | precision | checkpointing | slack pages measured | [`pool_slack_pages`] |
-//! |---|---|---|---|
-//! | f32 | off | 3.2, 4.2, 2.0, 1.1 at batch 4, 8, 16, 32 (35, 84, 75, 84 MiB) | 3.25, at most 96 MiB |
-//! | f16 | off | 1.6, 3.2, 4.1, 1.1 (10, 35, 82, 41 MiB) | 3.25, at most 96 MiB |
-//! | f32 | on | 4.5, 3.9, 3.1, 3.3 (recomputed segments free and re-allocate inside the backward pass) | 3.75 |
-//! | f16 | on | 1.6, 2.1, 2.6, 2.7 | 2.5 |
-//!
-//! Without checkpointing the slack grows with the page up to batch 8-16 and then stays flat in
-//! MiB (so fewer pages as pages grow): the plan counts 3.25 pages up to
-//! [`MAX_SLACK_WITHOUT_CHECKPOINTING`]. With checkpointing it keeps growing with the page. These
-//! put every measured cell between 3.5% under and 8.4% over its measured reserved peak (README,
-//! "Memory"; `tests::the_plan_holds_on_the_measured_grid` checks the bound, within 10% and never
-//! more than 5% under, on the recorded cells). A flat percentage cannot fit both ends, since the
-//! slack grows with the largest tensor, not with the total.
-//!
-//! The first step at a new shape autotunes its kernels with buffers of its own (the same cell
-//! reserved 702 MiB in a first run and 538 MiB once cubecl's autotune cache held its kernels).
-//! A run's first step therefore runs outside the pools ([`crate::device::outside_the_pools`]:
-//! cubecl sizes pages to the largest allocation it has served and never shrinks them, so the
-//! autotuner's buffers would otherwise set the page size for the whole run: 40.3 MB reserved
-//! in steady steps after a cold autotune against 34.1 MB warm, batch 8 at 64 px, f32,
-//! lavapipe; 31.0 MB cold and 31.1 MB warm with the first step outside), and the loop hands
-//! the pools' free pages back after it (`memory_cleanup`), so the run holds the steady state
-//! the plan predicts; `bench memory` reports the first step's peak apart, and a capped run (`memory.cap_to_budget`) retries a
-//! first step over the budget at half.
+//! What the pools reserve beyond the bytes in use: [`pools`].
 //!
 //! Saved bytes per output element of a conv -> GroupNorm -> activation layer (`s` below) are what
 //! burn 0.22's autodiff keeps for backward: the convolution's input, GroupNorm's centred input
@@ -89,48 +56,13 @@ use serde::{Deserialize, Serialize};
 use crate::config::{Config, Precision};
 use crate::model::{LayerKind, LayerShape, layer_plan, param_count};
 
-/// Page size of cubecl's pool for allocations up to 64 KiB (kernel metadata, scalars, small
-/// tensors): one page of it is always reserved.
-pub const SMALL_POOL_PAGE: u64 = 8 << 20;
-
-/// Partly used pages the pools hold beyond the bytes in use at the peak, by precision and
-/// checkpointing (see "Page rounding": fitted to the measured grid, rounded to a quarter page).
-/// Without checkpointing the slack is also capped at [`MAX_SLACK_WITHOUT_CHECKPOINTING`].
-pub fn pool_slack_pages(precision: Precision, checkpointing: bool) -> f64 {
-    match (precision, checkpointing) {
-        (Precision::F32, false) | (Precision::F16, false) => 3.25,
-        (Precision::F32, true) => 3.75,
-        (Precision::F16, true) => 2.5,
-    }
-}
-
-/// Without checkpointing the pools' slack beyond the small-pool page stopped growing with the
-/// page size: measured 10-84 MiB over the whole 224 px grid (f32 and f16, batch 4-32; see "Page
-/// rounding"), so the plan counts [`pool_slack_pages`] pages up to this many bytes (96 MiB, the
-/// largest measured slack plus 12 MiB), and never less than 1.25 pages (at batch 32, the largest
-/// pages measured, 75 MiB, the slack was 1.1 pages: the cap is not extrapolated to pages larger
-/// than it).
-pub const MAX_SLACK_WITHOUT_CHECKPOINTING: u64 = 96 << 20;
-
-/// The most slack (bytes beyond the small-pool page) the plan counts without checkpointing for
-/// pages of `page_size` bytes: [`MAX_SLACK_WITHOUT_CHECKPOINTING`], or 1.25 pages when that is
-/// more.
-pub fn max_slack_without_checkpointing(page_size: u64) -> u64 {
-    MAX_SLACK_WITHOUT_CHECKPOINTING.max(page_size + page_size / 4)
-}
+pub mod pools;
+pub use pools::*;
 
 /// f32 tensors of the largest layer's size that the backward pass holds above the end of the
 /// forward pass and the parameter gradients when checkpointing recomputes a segment in f32
 /// (measured 1.0-1.07 at batch 4-32, 224 px; see "The estimate").
 pub const RECOMPUTE_TENSORS: f64 = 1.1;
-
-/// The page size cubecl's adaptive pools carve once a tensor of `largest_tensor` bytes has been
-/// allocated: the tensor plus 1 MiB of slack, rounded up to the MiB, at least 2 MiB
-/// (`PageSizing::fit` in cubecl-server 0.11's `dynamic/arena.rs`).
-pub fn page_size(largest_tensor: u64) -> u64 {
-    const MIB: u64 = 1 << 20;
-    (largest_tensor + MIB).next_multiple_of(MIB).max(2 * MIB)
-}
 
 /// The predicted peak, term by term (bytes).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -175,6 +107,11 @@ pub struct MemoryEstimate {
     pub total: u64,
     /// Bytes of the largest single tensor (checked against the adapter's buffer limit).
     pub largest_tensor: u64,
+    /// Bytes of the largest allocation a step makes in the pools: `largest_tensor` or, where
+    /// larger, the f32 gradient of the largest weight; it sets [`page_size`], and
+    /// [`crate::device::size_the_pools`] sizes the pages with it before the steady steps.
+    #[serde(default)]
+    pub largest_allocation: u64,
 }
 
 impl MemoryEstimate {
@@ -225,83 +162,6 @@ pub fn estimate_with(
     estimate_for_pools(config, batch_size, num_classes, fused_group_norm_gelu, PoolLayout::this_build())
 }
 
-/// How cubecl lays out a wgpu device's memory pools, which decides what the device reserves
-/// beyond the bytes in use.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum PoolLayout {
-    /// Pages sub-sliced among tensors, sized to the largest tensor (cubecl's `Adaptive`, the
-    /// native default): the small-pool page plus [`pool_slack_pages`] pages beyond the peak.
-    Adaptive,
-    /// One page per allocation, rounded up to one of 24 exponentially spaced size buckets from
-    /// 32 KiB to `max_page_size`, a page reused only by allocations of its bucket (cubecl's
-    /// `ExclusivePages`, which cubecl-runtime 0.11 compiles in for every wasm build: a browser
-    /// page never has sub-slicing). Reserved bytes are the peak in use times
-    /// [`exclusive_pages_factor`].
-    ExclusivePages {
-        /// The device's largest page: the smaller of its `max_storage_buffer_binding_size` and
-        /// `max_buffer_size`, in bytes.
-        max_page_size: u64,
-    },
-}
-
-impl PoolLayout {
-    /// The layout a device of this build gets: in a browser (wasm) exclusive pages up to
-    /// [`BROWSER_MAX_PAGE_SIZE`]; natively the adaptive pools, or exclusive pages up to 128 MiB
-    /// (lavapipe's binding limit) with `VRAMFIT_WGPU_POOLS=exclusive`, the switch that lays out
-    /// a native device's pools as a browser's for measuring ([`crate::device::select`]).
-    pub fn this_build() -> Self {
-        if cfg!(target_arch = "wasm32") {
-            PoolLayout::ExclusivePages { max_page_size: BROWSER_MAX_PAGE_SIZE }
-        } else if exclusive_pools_requested() {
-            PoolLayout::ExclusivePages { max_page_size: 128 << 20 }
-        } else {
-            PoolLayout::Adaptive
-        }
-    }
-}
-
-/// Whether `VRAMFIT_WGPU_POOLS=exclusive` asks native wgpu devices for a browser's pools.
-pub fn exclusive_pools_requested() -> bool {
-    std::env::var("VRAMFIT_WGPU_POOLS").is_ok_and(|v| v == "exclusive")
-}
-
-/// The largest page a browser's WebGPU device gives cubecl's pools: Chromium 156 reports 1 GiB
-/// `max_storage_buffer_binding_size` and `max_buffer_size` on its SwiftShader adapter, and
-/// cubecl asks for the adapter's limits. A browser with smaller limits gets finer buckets and
-/// reserves less than planned.
-pub const BROWSER_MAX_PAGE_SIZE: u64 = 1 << 30;
-
-/// Pages cubecl's exclusive pools hold per byte in use at the peak, after rounding each
-/// allocation up to its bucket: every bucket keeps as many pages as it ever held at once, and
-/// the buckets' peaks come at different moments of the step. Fitted with `max_page_size`'s
-/// rounding (see [`exclusive_pages_factor`]), without checkpointing: reserved / planned peak in
-/// use measured 2.48-2.60 on lavapipe with 128 MiB pages (`VRAMFIT_WGPU_POOLS=exclusive
-/// VRAMFIT_GROUP_NORM_GELU=burn vramfit bench memory -c quickstart --cell B,28,f32,off --steps
-/// 2`, batch 16-128; 2.52 at batch 16, 64 px) and 2.61-2.79 in Chromium's SwiftShader with
-/// 1 GiB pages (batch 64, the browser tests), 2026-12-03;
-/// `the_browser_plan_holds_on_the_measured_cells` checks them.
-pub const EXCLUSIVE_SHARING: f64 = 2.24;
-
-/// [`EXCLUSIVE_SHARING`] with activation checkpointing, whose recomputed segments allocate and
-/// free many more tensors of every size within the backward pass: reserved / planned peak in use
-/// measured 4.1-5.3 on lavapipe with 128 MiB pages (`--cell B,28,f32,on`, batch 16-128, growing
-/// with the batch; 4.8 at batch 8, 64 px), fitted to the largest, so the plan is up to 29% over
-/// at the smallest batches.
-pub const EXCLUSIVE_SHARING_CHECKPOINTING: f64 = 4.36;
-
-/// Reserved bytes per byte in use at the peak with exclusive pages up to `max_page_size`:
-/// [`EXCLUSIVE_SHARING`] (or [`EXCLUSIVE_SHARING_CHECKPOINTING`]) times the mean rounding of an
-/// allocation up to its bucket, `(r - 1) / ln r` for buckets `r` apart (sizes spread evenly in
-/// log scale within a bucket), `r = (max_page_size / 32 KiB)^(1/23)` (cubecl-server 0.11's
-/// `dynamic/exclusive.rs`: 24 buckets from 32 KiB). Without checkpointing 2.70 for 128 MiB
-/// pages, 2.83 for 1 GiB.
-pub fn exclusive_pages_factor(max_page_size: u64, checkpointing: bool) -> f64 {
-    const MIN_BUCKET: f64 = 32.0 * 1024.0;
-    let r = (max_page_size.max(1 << 16) as f64 / MIN_BUCKET).powf(1.0 / 23.0);
-    let sharing = if checkpointing { EXCLUSIVE_SHARING_CHECKPOINTING } else { EXCLUSIVE_SHARING };
-    sharing * (r - 1.0) / r.ln()
-}
-
 /// [`estimate_with`] for pools laid out as `pools`: the bytes in use are the same; the
 /// reserved bytes beyond them follow the layout ([`PoolLayout`]).
 pub fn estimate_for_pools(
@@ -342,8 +202,13 @@ pub fn estimate_for_pools(
     let peak_in_backward = (config.train.checkpointing && precision == Precision::F32) || activations < 4 * p;
     let gradients = if peak_in_backward { accumulation_buffer + 4 * p } else { accumulation_buffer };
     let peak_in_use = in_use_after_forward + (gradients - accumulation_buffer) + workspace;
-    let activation_bytes = if precision == Precision::F16 { 2 } else { 4 };
-    let page_size = page_size((activation_bytes * b * largest_out).max(input_batch));
+    // The largest allocation the pools serve is f32 in either precision (an f32 activation or
+    // its gradient, the f32 input batch), or a parameter-sized tensor (a gradient or update of
+    // the largest weight) where that is larger: measured as the adaptive pool's `largest_alloc`
+    // on all 48 cells of `bench memory --random 48 --seed 49` (lavapipe, 2026-12-07).
+    let largest_weight = 4 * plan.iter().map(LayerShape::largest_weight_elems).max().unwrap_or(0) as u64;
+    let largest_allocation = largest_tensor.max(largest_weight);
+    let page_size = page_size(largest_allocation);
     let (allocator_overhead, slack_pages) =
         allocator_overhead(pools, page_size, peak_in_use, precision, config.train.checkpointing);
     MemoryEstimate {
@@ -361,6 +226,7 @@ pub fn estimate_for_pools(
         peak_in_use,
         total: peak_in_use + allocator_overhead,
         largest_tensor,
+        largest_allocation,
     }
 }
 
@@ -390,33 +256,6 @@ fn activations_per_stage(
         per_stage[layer.stage] += bytes;
     }
     (per_stage, largest_out)
-}
-
-/// The pools' reservation beyond the bytes in use, and the slack pages it counts: under the
-/// adaptive layout (native wgpu) one small-pool page plus [`pool_slack_pages`] pages of
-/// `page_size` (capped without checkpointing, [`max_slack_without_checkpointing`]); under
-/// exclusive pages (a browser) a share of `peak_in_use` ([`exclusive_pages_factor`]).
-fn allocator_overhead(
-    pools: PoolLayout,
-    page_size: u64,
-    peak_in_use: u64,
-    precision: Precision,
-    checkpointing: bool,
-) -> (u64, f64) {
-    match pools {
-        PoolLayout::Adaptive => {
-            let slack_pages = pool_slack_pages(precision, checkpointing);
-            let mut slack = (slack_pages * page_size as f64) as u64;
-            if !checkpointing {
-                slack = slack.min(max_slack_without_checkpointing(page_size));
-            }
-            (SMALL_POOL_PAGE + slack, slack_pages)
-        }
-        PoolLayout::ExclusivePages { max_page_size } => {
-            let factor = exclusive_pages_factor(max_page_size, checkpointing);
-            ((peak_in_use as f64 * (factor - 1.0)) as u64, 0.0)
-        }
-    }
 }
 
 /// Bytes of the largest tensor one image of `image_hw` pixels makes in an f32 forward pass

@@ -23,43 +23,67 @@ use crate::memory::{self, human_bytes};
 /// One configuration to measure.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct MemoryCell {
-    /// Micro-batch (no accumulation).
-    pub batch_size: usize,
+    /// Micro-batch.
+    pub micro_batch: usize,
     /// Input side in pixels (crop size = load size).
     pub image_px: usize,
     /// Training precision.
     pub precision: Precision,
     /// Activation checkpointing.
     pub checkpointing: bool,
+    /// Micro-batches per optimizer step (1: no accumulation buffer).
+    pub grad_accum_steps: usize,
+    /// Classes of the head.
+    pub num_classes: usize,
 }
 
 impl MemoryCell {
-    /// `32,224,f32,on`: the form [`MemoryCell::parse`] reads, for a cell's own process.
+    /// A cell without accumulation and with [`BENCH_CLASSES`] classes.
+    pub fn new(micro_batch: usize, image_px: usize, precision: Precision, checkpointing: bool) -> Self {
+        Self { micro_batch, image_px, precision, checkpointing, grad_accum_steps: 1, num_classes: BENCH_CLASSES }
+    }
+
+    /// `32,224,f32,on,1,10`: the form [`MemoryCell::parse`] reads, for a cell's own process.
     pub fn to_arg(&self) -> String {
         format!(
-            "{},{},{},{}",
-            self.batch_size,
+            "{},{},{},{},{},{}",
+            self.micro_batch,
             self.image_px,
             self.precision.name(),
-            if self.checkpointing { "on" } else { "off" }
+            if self.checkpointing { "on" } else { "off" },
+            self.grad_accum_steps,
+            self.num_classes,
         )
     }
 
-    /// Reads `BATCH,PX,f32|f16,on|off`.
+    /// Reads `BATCH,PX,f32|f16,on|off[,ACCUM,CLASSES]` (accumulation 1 and
+    /// [`BENCH_CLASSES`] classes when the last two are left out).
     ///
     /// # Errors
     /// [`Error::Config`] naming the part that does not parse.
     pub fn parse(arg: &str) -> Result<Self> {
         let bad = |what: &str| Error::Config {
             source_name: "--cell".into(),
-            message: format!("{arg:?}: {what}; expected BATCH,PX,f32|f16,on|off"),
+            message: format!("{arg:?}: {what}; expected BATCH,PX,f32|f16,on|off[,ACCUM,CLASSES]"),
         };
         let parts: Vec<&str> = arg.split(',').map(str::trim).collect();
-        let [batch, px, precision, checkpointing] = parts[..] else {
-            return Err(bad("four parts needed"));
+        let (batch, px, precision, checkpointing, accum, classes) = match parts[..] {
+            [b, p, pr, c] => (b, p, pr, c, "1", "10"),
+            [b, p, pr, c, a, k] => (b, p, pr, c, a, k),
+            _ => return Err(bad("four or six parts needed")),
         };
         Ok(Self {
-            batch_size: batch.parse().ok().filter(|&b| b > 0).ok_or_else(|| bad("batch is not a positive integer"))?,
+            grad_accum_steps: accum
+                .parse()
+                .ok()
+                .filter(|a| (1..=1024).contains(a))
+                .ok_or_else(|| bad("accumulation is not an integer in 1..=1024"))?,
+            num_classes: classes
+                .parse()
+                .ok()
+                .filter(|&k| k >= 2)
+                .ok_or_else(|| bad("classes is not an integer >= 2"))?,
+            micro_batch: batch.parse().ok().filter(|&b| b > 0).ok_or_else(|| bad("batch is not a positive integer"))?,
             image_px: px.parse().ok().filter(|&p| p >= 8).ok_or_else(|| bad("px is not an integer >= 8"))?,
             precision: match precision {
                 "f32" => Precision::F32,
@@ -74,11 +98,11 @@ impl MemoryCell {
         })
     }
 
-    /// `base` with this cell's batch, size, precision and checkpointing.
+    /// `base` with this cell's batch, size, precision, checkpointing and accumulation.
     pub fn config(&self, base: &Config) -> Config {
         let mut c = base.clone();
-        c.train.batch_size = self.batch_size;
-        c.train.grad_accum_steps = 1;
+        c.train.batch_size = self.micro_batch;
+        c.train.grad_accum_steps = self.grad_accum_steps;
         c.train.precision = self.precision;
         c.train.checkpointing = self.checkpointing;
         c.data.preprocess.crop_size = self.image_px;
@@ -128,7 +152,7 @@ impl MemoryGrid {
             for &checkpointing in &self.checkpointing {
                 for &image_px in &self.image_px {
                     for &batch_size in &self.batch_sizes {
-                        cells.push(MemoryCell { batch_size, image_px, precision, checkpointing });
+                        cells.push(MemoryCell::new(batch_size, image_px, precision, checkpointing));
                     }
                 }
             }
@@ -140,14 +164,27 @@ impl MemoryGrid {
 /// One cell of `bench memory` (bytes unless named otherwise).
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct MemoryBenchRow {
+    /// The config whose network was measured (a preset's name or a file), when the row says.
+    #[serde(default)]
+    pub config: String,
     /// Micro-batch.
-    pub batch_size: usize,
+    #[serde(alias = "batch_size")]
+    pub micro_batch: usize,
     /// Image side in pixels.
     pub image_px: usize,
     /// Precision, `f32` or `f16`.
     pub precision: String,
     /// Checkpointing on.
     pub checkpointing: bool,
+    /// Micro-batches per optimizer step.
+    #[serde(default = "one")]
+    pub grad_accum_steps: usize,
+    /// Classes of the head.
+    #[serde(default = "bench_classes")]
+    pub num_classes: usize,
+    /// Whether the step ran vramfit's fused GroupNorm + GELU (the plan is made for the same).
+    #[serde(default)]
+    pub fused_group_norm_gelu: bool,
     /// The plan's peak of bytes reserved (what the budget is checked against).
     pub predicted_bytes: u64,
     /// The plan's bytes in use at the end of the forward pass.
@@ -178,22 +215,70 @@ pub struct MemoryBenchRow {
     pub error_percent: f64,
     /// (predicted in use - measured in use) / measured in use at the end of forward, in percent.
     pub in_use_error_percent: f64,
+    /// The pools' pages after the last step (before any cleanup), in the order allocations are
+    /// routed through them: cubecl's small pool, then the adaptive pool of the current page size,
+    /// then any outdated ones. Bytes reserved beyond them are buffers outside the pools.
+    #[serde(default)]
+    pub pools: Vec<PoolPages>,
+    /// Bytes reserved outside the dynamic pools after the last step, by what holds them
+    /// ([`crate::device::memory_outside_the_pools`]).
+    #[serde(default)]
+    pub outside_the_pools: Vec<(String, u64)>,
     /// Why the cell was not measured.
     pub skipped: Option<String>,
 }
 
+/// One pool's pages as the device reports them (`Device::memory_pool_report`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PoolPages {
+    /// Bytes per page.
+    pub page_size: u64,
+    /// Pages held.
+    pub pages: u64,
+    /// The most pages held at once.
+    pub pages_peak: u64,
+    /// The largest allocation the pool served (bytes requested).
+    pub largest_alloc: u64,
+}
+
+fn one() -> usize {
+    1
+}
+
+fn bench_classes() -> usize {
+    BENCH_CLASSES
+}
+
 impl MemoryBenchRow {
-    /// The row of `cell` with the plan's figures and nothing measured yet.
-    pub fn planned(base: &Config, cell: &MemoryCell) -> Self {
-        Self::with_estimate(cell, &memory::estimate(&cell.config(base), cell.batch_size, BENCH_CLASSES))
+    /// The row of `cell` of the network of `base` (named `config`) with the plan's figures and
+    /// nothing measured yet.
+    pub fn planned(config: &str, base: &Config, cell: &MemoryCell) -> Self {
+        let est = memory::estimate(&cell.config(base), cell.micro_batch, cell.num_classes);
+        Self::with_estimate(config, cell, &est)
     }
 
-    fn with_estimate(cell: &MemoryCell, est: &memory::MemoryEstimate) -> Self {
+    /// The cell this row measured.
+    pub fn cell(&self) -> MemoryCell {
+        MemoryCell {
+            micro_batch: self.micro_batch,
+            image_px: self.image_px,
+            precision: if self.precision == "f16" { Precision::F16 } else { Precision::F32 },
+            checkpointing: self.checkpointing,
+            grad_accum_steps: self.grad_accum_steps,
+            num_classes: self.num_classes,
+        }
+    }
+
+    fn with_estimate(config: &str, cell: &MemoryCell, est: &memory::MemoryEstimate) -> Self {
         Self {
-            batch_size: cell.batch_size,
+            config: config.into(),
+            micro_batch: cell.micro_batch,
             image_px: cell.image_px,
             precision: cell.precision.name().into(),
             checkpointing: cell.checkpointing,
+            grad_accum_steps: cell.grad_accum_steps,
+            num_classes: cell.num_classes,
+            fused_group_norm_gelu: crate::kernels::group_norm_gelu::runs_fused_on_gpu(),
             predicted_bytes: est.total,
             predicted_in_use_bytes: est.in_use_after_forward,
             predicted_activation_bytes: est.activations(),
@@ -205,6 +290,8 @@ impl MemoryBenchRow {
             measured_activation_bytes: 0,
             error_percent: f64::NAN,
             in_use_error_percent: f64::NAN,
+            pools: Vec::new(),
+            outside_the_pools: Vec::new(),
             skipped: None,
         }
     }
@@ -213,10 +300,16 @@ impl MemoryBenchRow {
 /// Measures one cell on `device` over `steps` steps after one warm-up step; a cell the adapter
 /// cannot hold (no shader f16, a tensor over its buffer limit, a device error) comes back with
 /// `skipped` set.
-pub fn measure_cell(base: &Config, device: &SelectedDevice, cell: &MemoryCell, steps: usize) -> MemoryBenchRow {
+pub fn measure_cell(
+    config: &str,
+    base: &Config,
+    device: &SelectedDevice,
+    cell: &MemoryCell,
+    steps: usize,
+) -> MemoryBenchRow {
     let c = cell.config(base);
-    let est = memory::estimate(&c, cell.batch_size, BENCH_CLASSES);
-    let mut row = MemoryBenchRow::with_estimate(cell, &est);
+    let est = memory::estimate(&c, cell.micro_batch, cell.num_classes);
+    let mut row = MemoryBenchRow::with_estimate(config, cell, &est);
     if cell.precision == Precision::F16 && !device.supports_f16() {
         row.skipped = Some("adapter has no shader f16".into());
         return row;
@@ -230,7 +323,7 @@ pub fn measure_cell(base: &Config, device: &SelectedDevice, cell: &MemoryCell, s
         return row;
     }
     device.device.memory_cleanup();
-    match crate::train::measure_step_memory(&c, device, BENCH_CLASSES, steps.max(1)) {
+    match crate::train::measure_step_memory(&c, device, cell.num_classes, steps.max(1)) {
         Ok(mem) => {
             row.measured_in_use_bytes = mem.tracker.peak_bytes_in_use;
             row.measured_peak_in_use_bytes = mem.probe.bytes_in_use.max(mem.tracker.peak_bytes_in_use);
@@ -241,6 +334,19 @@ pub fn measure_cell(base: &Config, device: &SelectedDevice, cell: &MemoryCell, s
             row.measured_activation_bytes = mem.tracker.peak_bytes_in_use.saturating_sub(fixed);
             row.in_use_error_percent = percent_error(est.in_use_after_forward, mem.tracker.peak_bytes_in_use);
             row.error_percent = percent_error(est.total, row.measured_reserved_bytes);
+            row.pools = device
+                .device
+                .memory_pool_report()
+                .unwrap_or_default()
+                .iter()
+                .map(|p| PoolPages {
+                    page_size: p.page_size,
+                    pages: p.pages,
+                    pages_peak: p.pages_peak,
+                    largest_alloc: p.largest_alloc,
+                })
+                .collect();
+            row.outside_the_pools = crate::device::memory_outside_the_pools(&device.device).unwrap_or_default();
         }
         Err(e) => row.skipped = Some(e.to_string()),
     }
@@ -254,6 +360,7 @@ fn percent_error(predicted: u64, measured: u64) -> f64 {
 /// Measures every cell of `grid` on `device` in this process, in order (see the module docs for
 /// why `--fresh` exists).
 pub fn bench_memory(
+    config: &str,
     base: &Config,
     device: &SelectedDevice,
     grid: &MemoryGrid,
@@ -263,7 +370,7 @@ pub fn bench_memory(
     grid.cells()
         .iter()
         .map(|cell| {
-            let row = measure_cell(base, device, cell, steps);
+            let row = measure_cell(config, base, device, cell, steps);
             log(format!("{row:?}"));
             row
         })
@@ -273,15 +380,18 @@ pub fn bench_memory(
 /// `bench memory` rows as a Markdown table.
 pub fn memory_table(rows: &[MemoryBenchRow]) -> String {
     let mut s = String::from(
-        "| batch | px | precision | checkpointing | predicted peak | measured reserved | error | pools high-water | in use after forward (predicted / measured) | peak in use | first step reserved |\n|---|---|---|---|---|---|---|---|---|---|---|\n",
+        "| network | micro-batch | px | precision | checkpointing | accumulation | classes | predicted peak | measured reserved | error | pools high-water | in use after forward (predicted / measured) | peak in use | first step reserved |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
     );
     for r in rows {
         let head = format!(
-            "| {} | {} | {} | {} | {} ",
-            r.batch_size,
+            "| {} | {} | {} | {} | {} | {} | {} | {} ",
+            r.config,
+            r.micro_batch,
             r.image_px,
             r.precision,
             on_off(r.checkpointing),
+            r.grad_accum_steps,
+            r.num_classes,
             human_bytes(r.predicted_bytes)
         );
         match &r.skipped {
@@ -301,6 +411,124 @@ pub fn memory_table(rows: &[MemoryBenchRow]) -> String {
     s
 }
 
+/// The networks vramfit ships: quickstart's (three stages; `fashion-mnist` has the same) and the
+/// tiers' (five stages; `4gb` to `12gb` share it), by a preset that has each.
+pub const SHIPPED_NETWORKS: [&str; 2] = ["quickstart", "12gb"];
+
+/// Draws `n` cells at random, seeded by `seed` (the same `seed` and `networks` give the same
+/// cells): a network of `networks` (name, config), micro-batch 1-64 and classes 2-1000
+/// (log-uniform, so small values are drawn as often as large ones), image side 64-320 px
+/// (uniform), f32 or f16, checkpointing on or off, accumulation 1-4. A cell `runs` refuses (a
+/// tensor over the adapter's buffer limit, a plan over what the bench may spend) is drawn again;
+/// returns the cells and how many were drawn again.
+pub fn random_cells(
+    n: usize,
+    seed: u64,
+    networks: &[(String, Config)],
+    runs: impl Fn(&Config, &MemoryCell) -> bool,
+) -> (Vec<(String, MemoryCell)>, usize) {
+    use rand::{Rng, SeedableRng};
+    let mut rng = rand::rngs::SmallRng::seed_from_u64(seed);
+    let log_uniform = |rng: &mut rand::rngs::SmallRng, lo: f64, hi: f64| {
+        (lo.ln() + rng.random::<f64>() * (hi.ln() - lo.ln())).exp().round() as usize
+    };
+    let (mut cells, mut redrawn) = (Vec::new(), 0);
+    while cells.len() < n && !networks.is_empty() && redrawn < 1000 * n.max(1) {
+        let (name, base) = &networks[rng.random_range(0..networks.len())];
+        let cell = MemoryCell {
+            micro_batch: log_uniform(&mut rng, 1.0, 64.0),
+            image_px: rng.random_range(64..=320),
+            precision: if rng.random_bool(0.5) { Precision::F32 } else { Precision::F16 },
+            checkpointing: rng.random_bool(0.5),
+            grad_accum_steps: rng.random_range(1..=4),
+            num_classes: log_uniform(&mut rng, 2.0, 1000.0),
+        };
+        if runs(base, &cell) {
+            cells.push((name.clone(), cell));
+        } else {
+            redrawn += 1;
+        }
+    }
+    (cells, redrawn)
+}
+
+/// The plan's error over measured rows, the way memory-estimation papers report it (median and
+/// tail of the relative error, the share of configurations over and under): percentages of
+/// `(predicted - measured reserved) / measured reserved`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ErrorSummary {
+    /// Rows measured.
+    pub measured: usize,
+    /// Rows skipped (not counted below).
+    pub skipped: usize,
+    /// Median of the absolute error, percent.
+    pub median_abs_percent: f64,
+    /// 95th percentile (nearest rank) of the absolute error, percent.
+    pub p95_abs_percent: f64,
+    /// The lowest and highest error, percent (negative: the plan under the measured peak).
+    pub band_percent: (f64, f64),
+    /// Share of rows with the plan more than 10% over.
+    pub over_10_share: f64,
+    /// Share of rows with the plan more than 5% under.
+    pub under_5_share: f64,
+    /// Share of rows within -5%..+10%.
+    pub within_share: f64,
+    /// The cell with the largest absolute error (its `--cell` argument and network).
+    pub worst: String,
+}
+
+impl ErrorSummary {
+    /// Summarizes the measured rows of `rows`.
+    pub fn of(rows: &[MemoryBenchRow]) -> Self {
+        let measured: Vec<&MemoryBenchRow> = rows.iter().filter(|r| r.skipped.is_none()).collect();
+        let mut abs: Vec<f64> = measured.iter().map(|r| r.error_percent.abs()).collect();
+        abs.sort_by(f64::total_cmp);
+        let n = measured.len();
+        let share =
+            |f: &dyn Fn(f64) -> bool| measured.iter().filter(|r| f(r.error_percent)).count() as f64 / n.max(1) as f64;
+        let nearest_rank = |q: f64| abs.get(((q * n as f64).ceil() as usize).max(1) - 1).copied().unwrap_or(f64::NAN);
+        let worst = measured.iter().max_by(|a, b| a.error_percent.abs().total_cmp(&b.error_percent.abs()));
+        let errors = measured.iter().map(|r| r.error_percent);
+        Self {
+            measured: n,
+            skipped: rows.len() - n,
+            median_abs_percent: if n == 0 {
+                f64::NAN
+            } else if n % 2 == 1 {
+                abs[n / 2]
+            } else {
+                (abs[n / 2 - 1] + abs[n / 2]) / 2.0
+            },
+            p95_abs_percent: nearest_rank(0.95),
+            band_percent: (errors.clone().fold(f64::INFINITY, f64::min), errors.fold(f64::NEG_INFINITY, f64::max)),
+            over_10_share: share(&|e| e > 10.0),
+            under_5_share: share(&|e| e < -5.0),
+            within_share: share(&|e| (-5.0..=10.0).contains(&e)),
+            worst: worst.map_or_else(String::new, |r| {
+                format!("{} --cell {} ({:+.1}%)", r.config, r.cell().to_arg(), r.error_percent)
+            }),
+        }
+    }
+
+    /// The summary in a few lines of text.
+    pub fn text(&self) -> String {
+        format!(
+            "{} cells measured ({} skipped): median |error| {:.1}%, 95th percentile {:.1}%, band {:+.1}%..{:+.1}%\n\
+             within -5%..+10%: {:.0}%, over +10%: {:.0}%, under -5%: {:.0}%\nworst: {}",
+            self.measured,
+            self.skipped,
+            self.median_abs_percent,
+            self.p95_abs_percent,
+            self.band_percent.0,
+            self.band_percent.1,
+            100.0 * self.within_share,
+            100.0 * self.over_10_share,
+            100.0 * self.under_5_share,
+            self.worst,
+        )
+    }
+}
+
 fn on_off(b: bool) -> &'static str {
     if b { "on" } else { "off" }
 }
@@ -318,6 +546,11 @@ mod tests {
         let err = MemoryCell::parse("32,224,bf16,on").unwrap_err().to_string();
         assert!(err.contains("precision is not f32 or f16"), "{err}");
         assert!(MemoryCell::parse("0,224,f32,on").unwrap_err().to_string().contains("batch"));
-        assert!(MemoryCell::parse("32,224,f32").unwrap_err().to_string().contains("four parts"));
+        assert!(MemoryCell::parse("32,224,f32").unwrap_err().to_string().contains("four or six parts"));
+        let cell = MemoryCell::parse("12,161,f16,off,3,1000").unwrap();
+        assert_eq!((cell.grad_accum_steps, cell.num_classes), (3, 1000));
+        assert_eq!(MemoryCell::parse(&cell.to_arg()).unwrap(), cell);
+        assert!(MemoryCell::parse("12,161,f16,off,0,10").unwrap_err().to_string().contains("accumulation"));
+        assert!(MemoryCell::parse("12,161,f16,off,1,1").unwrap_err().to_string().contains("classes"));
     }
 }

@@ -80,7 +80,7 @@ pub struct BenchArgs {
     /// `label-errors`: share of the labels flipped to another class.
     #[arg(long, default_value_t = 0.1)]
     flip: f64,
-    /// `label-errors`: the flips' seed.
+    /// `label-errors`: the flips' seed; `memory --random`: the cells' seed.
     #[arg(long, default_value_t = 1)]
     seed: u64,
     /// Images per generated photo set for `bench loader` (the bundled set uses 8 times as many).
@@ -115,6 +115,21 @@ pub struct BenchArgs {
     /// reserved pages (and a driver crash costs one cell, not the bench).
     #[arg(long)]
     fresh: bool,
+    /// `bench memory`: measure this many cells drawn at random (seeded by `--seed`) from both
+    /// shipped networks, micro-batch 1-64, 64-320 px, f32/f16, checkpointing on/off,
+    /// accumulation 1-4 and 2-1000 classes, each in a fresh process, and summarize the plan's
+    /// error. A cell over the adapter's buffer limit or `--max-plan-mib` is drawn again.
+    #[arg(long)]
+    random: Option<usize>,
+    /// `bench memory --random`: draw again any cell whose plan is over this many MiB (bounds the
+    /// bench's time on a slow adapter).
+    #[arg(long)]
+    max_plan_mib: Option<u64>,
+    /// `bench memory --random`: draw again any cell whose optimizer step trains more than this
+    /// many megapixels (micro-batch x accumulation x side^2; bounds the bench's time on a slow
+    /// adapter: lavapipe trains the 12gb network at about 0.03 MP/s).
+    #[arg(long)]
+    max_step_mpx: Option<f64>,
     /// `bench memory`: measure one cell `BATCH,PX,f32|f16,on|off` and print its row as JSON
     /// (what `--fresh` runs in each child process).
     #[arg(long)]
@@ -303,7 +318,7 @@ fn memory_cell_in_child(
     steps: usize,
     device: crate::device::DeviceChoice,
 ) -> crate::bench::memory::MemoryBenchRow {
-    let mut row = crate::bench::memory::MemoryBenchRow::planned(base, cell);
+    let mut row = crate::bench::memory::MemoryBenchRow::planned(config_name, base, cell);
     let exe = match std::env::current_exe() {
         Ok(exe) => exe,
         Err(e) => {
@@ -356,9 +371,12 @@ fn bench_memory(args: &BenchArgs) -> anyhow::Result<Option<String>> {
     }
     if let Some(cell) = &args.cell {
         let cell = crate::bench::memory::MemoryCell::parse(cell)?;
-        let row = crate::bench::memory::measure_cell(&base, &device, &cell, steps);
+        let row = crate::bench::memory::measure_cell(config_name, &base, &device, &cell, steps);
         println!("{}", serde_json::to_string(&row)?);
         return Ok(None);
+    }
+    if let Some(n) = args.random {
+        return bench_memory_random(args, n, steps, choice, &device).map(Some);
     }
     let grid = crate::bench::memory::MemoryGrid::named(&args.grid)
         .ok_or_else(|| anyhow::anyhow!("--grid must be tiny, small, tiers or full"))?;
@@ -374,9 +392,58 @@ fn bench_memory(args: &BenchArgs) -> anyhow::Result<Option<String>> {
             .collect::<Vec<_>>();
         (rows, format!("{} (each cell in a fresh process)", device.name))
     } else {
-        let rows = crate::bench::memory::bench_memory(&base, &device, &grid, steps, &mut |line| eprintln!("{line}"));
+        let rows = crate::bench::memory::bench_memory(config_name, &base, &device, &grid, steps, &mut |line| {
+            eprintln!("{line}")
+        });
         (rows, device.name)
     };
     println!("adapter: {adapter}\n{}", crate::bench::memory::memory_table(&rows));
     Ok(Some(serde_json::to_string_pretty(&rows)?))
+}
+
+/// `bench memory --random N`: `n` cells drawn by [`crate::bench::memory::random_cells`], each
+/// measured in a process of its own, then the table and the plan's error summary; the JSON of the
+/// rows and the summary.
+fn bench_memory_random(
+    args: &BenchArgs,
+    n: usize,
+    steps: usize,
+    choice: crate::device::DeviceChoice,
+    device: &crate::device::SelectedDevice,
+) -> anyhow::Result<String> {
+    use crate::bench::memory::{ErrorSummary, SHIPPED_NETWORKS, random_cells};
+    let networks = SHIPPED_NETWORKS
+        .iter()
+        .map(|name| Ok((name.to_string(), super::load_config(name)?)))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let buffer_limit = device.buffer_limit();
+    let max_plan = args.max_plan_mib.map(|mib| mib << 20);
+    let (cells, redrawn) = random_cells(n, args.seed, &networks, |base, cell| {
+        let est = crate::memory::estimate(&cell.config(base), cell.micro_batch, cell.num_classes);
+        let step_mpx = (cell.micro_batch * cell.grad_accum_steps * cell.image_px * cell.image_px) as f64 / 1e6;
+        buffer_limit.is_none_or(|l| est.largest_tensor <= l)
+            && max_plan.is_none_or(|m| est.total <= m)
+            && args.max_step_mpx.is_none_or(|m| step_mpx <= m)
+    });
+    eprintln!(
+        "{} cells drawn with seed {} ({redrawn} drawn again: over the buffer limit, --max-plan-mib or --max-step-mpx)",
+        cells.len(),
+        args.seed
+    );
+    let mut rows = Vec::new();
+    for (i, (name, cell)) in cells.iter().enumerate() {
+        let base = &networks.iter().find(|(n, _)| n == name).expect("drawn from these").1;
+        let row = memory_cell_in_child(name, base, cell, steps, choice);
+        eprintln!("[{}/{}] {name} --cell {}: {:+.1}%", i + 1, cells.len(), cell.to_arg(), row.error_percent);
+        rows.push(row);
+    }
+    let summary = ErrorSummary::of(&rows);
+    println!(
+        "adapter: {} (each cell in a fresh process; seed {})\n{}\n{}",
+        device.name,
+        args.seed,
+        crate::bench::memory::memory_table(&rows),
+        summary.text()
+    );
+    Ok(serde_json::to_string_pretty(&serde_json::json!({ "seed": args.seed, "rows": rows, "summary": summary }))?)
 }

@@ -3,6 +3,7 @@
 
 mod bench;
 mod commands;
+mod plan;
 mod render;
 mod train;
 mod worker;
@@ -38,7 +39,7 @@ enum Command {
     /// Top-k classes for images or folders of images.
     Predict(commands::PredictArgs),
     /// Predict peak device memory for a config and say whether it fits its budget.
-    Plan(commands::PlanArgs),
+    Plan(plan::PlanArgs),
     /// List the GPU adapters wgpu sees and the one the default picks.
     Devices,
     /// Export a run's newest intact checkpoint as model.bpk, model.safetensors, model.onnx and model.json.
@@ -266,7 +267,7 @@ pub fn main(app: App) -> ExitCode {
         Command::Train(a) => train::train(a),
         Command::Eval(a) => commands::eval(a),
         Command::Predict(a) => commands::predict(a),
-        Command::Plan(a) => commands::plan(a),
+        Command::Plan(a) => plan::plan(a),
         Command::Devices => commands::devices(),
         Command::Export(a) => commands::export(a),
         Command::Bench(a) => bench::bench(a, app),

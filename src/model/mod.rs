@@ -69,6 +69,15 @@ pub struct LayerShape {
 }
 
 impl LayerShape {
+    /// Elements of the layer's largest parameter tensor: its convolution or linear weight.
+    pub fn largest_weight_elems(&self) -> usize {
+        match self.kind {
+            LayerKind::Stem => self.in_channels * self.out_channels * 9,
+            LayerKind::Depthwise => self.out_channels * 9,
+            LayerKind::Pointwise | LayerKind::Head => self.in_channels * self.out_channels,
+        }
+    }
+
     /// Parameters of the layer including its GroupNorm (gamma, beta).
     pub fn params(&self) -> usize {
         match self.kind {

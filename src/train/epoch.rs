@@ -117,7 +117,10 @@ impl Run<'_> {
             // autotunes its kernels with buffers of its own: their pages go back and the
             // step's readings are dropped, so the run holds, and is measured against the
             // budget at, the plan's steady state.
-            self.trainer.device.memory_cleanup();
+            let (micro_batch, _) = self.micro_batch();
+            let classes = self.trainer.state.class_names.len();
+            let plan = crate::memory::estimate(&self.config, micro_batch, classes);
+            crate::device::size_the_pools(&self.trainer.device, plan.largest_allocation);
             self.trainer.tracker = MemoryTracker::default();
         }
         if sampled && !self.config.memory.cap_to_budget {

@@ -214,7 +214,8 @@ pub fn measure_step_memory(
     let first = crate::memory::probe::MemoryProbe::start(&device.device, interval);
     trainer.step_outside_the_pools(&batches, false, &mut |_e: Event| {})?;
     let first_step_reserved_bytes = first.map_or(0, |p| p.finish().bytes_reserved);
-    device.device.memory_cleanup();
+    let plan = crate::memory::estimate(config, config.train.batch_size, num_classes);
+    crate::device::size_the_pools(&device.device, plan.largest_allocation);
     trainer.tracker = MemoryTracker::default();
     let probe = crate::memory::probe::MemoryProbe::start(&device.device, interval);
     let mut result = Ok(());
