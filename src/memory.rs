@@ -14,7 +14,7 @@
 //! | workspace | `1.1 x 4 B x largest layer output` with f32 checkpointing, else 0 | what the backward pass holds above the end of the forward pass: the segment recomputed from a kept convolution output ([`RECOMPUTE_TENSORS`]) |
 //! | allocator | `SMALL_POOL_PAGE + pool_slack_pages x page_size`, the pages at most [`MAX_SLACK_WITHOUT_CHECKPOINTING`] without checkpointing | the pools' reserved pages beyond the bytes in use (below) |
 //!
-//! The sum of all terms but the allocator is the peak of bytes in use. Measured with a [`MemoryProbe`] reading during whole steps (`vramfit bench memory
+//! The sum of all terms but the allocator is the peak of bytes in use. Measured with a [`probe::MemoryProbe`] reading during whole steps (`vramfit bench memory
 //! --fresh`, 12gb network at 224 px, batch 4-32): without checkpointing the peak in use *is* the
 //! end of the forward pass (gradients are allocated as activations are freed), so neither the
 //! step's gradients nor a workspace count (the plan's bytes in use there were within 1.3%, 0-9
@@ -26,9 +26,9 @@
 //! at 1 MiB, so there too the peak is the end of the forward pass (within 1 MiB on all four
 //! cells).
 //!
-//! # Page rounding
-//! What the pools reserve beyond the bytes in use: [`pools`].
+//! What the pools reserve beyond the bytes in use (the allocator row) is [`pools`]' to say.
 //!
+//! # Saved bytes per element
 //! Saved bytes per output element of a conv -> GroupNorm -> activation layer (`s` below) are what
 //! burn 0.22's autodiff keeps for backward: the convolution's input, GroupNorm's centred input
 //! and normalized values, the activation's input. Counting those tensors gives 16 bytes in f32;
@@ -92,8 +92,8 @@ pub struct MemoryEstimate {
     pub allocator_overhead: u64,
     /// The pages counted in `allocator_overhead` ([`pool_slack_pages`]; 0 with exclusive pages).
     pub pool_slack_pages: f64,
-    /// The pools' page size for this run ([`page_size`] of the largest activation-sized tensor
-    /// in the training precision, or of the f32 input batch when that is larger).
+    /// The pools' page size for this run: [`page_size`] of `largest_allocation` (f32 in either
+    /// precision; see `pools`).
     pub page_size: u64,
     /// Bytes in use at the peak (the end of the forward pass, or inside the backward pass with
     /// f32 checkpointing): every term but the allocator's.

@@ -1,5 +1,6 @@
 //! `vramfit bench memory`: the plan ([`crate::memory::estimate`]) against the device, cell by
-//! cell over batch size x image size x precision x checkpointing.
+//! cell over micro-batch x image size x precision x checkpointing (x accumulation x classes x
+//! network for `--random`).
 //!
 //! A cell trains a few steps on synthetic images and reads the device's memory three ways: the
 //! tracker's samples at the end of each forward pass (bytes in use there, what the activation
@@ -56,7 +57,7 @@ impl MemoryCell {
         )
     }
 
-    /// Reads `BATCH,PX,f32|f16,on|off[,ACCUM,CLASSES]` (accumulation 1 and
+    /// Reads `MICRO_BATCH,PX,f32|f16,on|off[,ACCUM,CLASSES]` (accumulation 1 and
     /// [`BENCH_CLASSES`] classes when the last two are left out).
     ///
     /// # Errors
@@ -64,11 +65,11 @@ impl MemoryCell {
     pub fn parse(arg: &str) -> Result<Self> {
         let bad = |what: &str| Error::Config {
             source_name: "--cell".into(),
-            message: format!("{arg:?}: {what}; expected BATCH,PX,f32|f16,on|off[,ACCUM,CLASSES]"),
+            message: format!("{arg:?}: {what}; expected MICRO_BATCH,PX,f32|f16,on|off[,ACCUM,CLASSES]"),
         };
         let parts: Vec<&str> = arg.split(',').map(str::trim).collect();
         let (batch, px, precision, checkpointing, accum, classes) = match parts[..] {
-            [b, p, pr, c] => (b, p, pr, c, "1", "10"),
+            [b, p, pr, c] => (b, p, pr, c, "1", ""),
             [b, p, pr, c, a, k] => (b, p, pr, c, a, k),
             _ => return Err(bad("four or six parts needed")),
         };
@@ -78,12 +79,15 @@ impl MemoryCell {
                 .ok()
                 .filter(|a| (1..=1024).contains(a))
                 .ok_or_else(|| bad("accumulation is not an integer in 1..=1024"))?,
-            num_classes: classes
-                .parse()
+            num_classes: if classes.is_empty() { Ok(BENCH_CLASSES) } else { classes.parse() }
                 .ok()
                 .filter(|&k| k >= 2)
                 .ok_or_else(|| bad("classes is not an integer >= 2"))?,
-            micro_batch: batch.parse().ok().filter(|&b| b > 0).ok_or_else(|| bad("batch is not a positive integer"))?,
+            micro_batch: batch
+                .parse()
+                .ok()
+                .filter(|&b| b > 0)
+                .ok_or_else(|| bad("micro-batch is not a positive integer"))?,
             image_px: px.parse().ok().filter(|&p| p >= 8).ok_or_else(|| bad("px is not an integer >= 8"))?,
             precision: match precision {
                 "f32" => Precision::F32,
@@ -115,7 +119,7 @@ impl MemoryCell {
 #[derive(Clone, Debug)]
 pub struct MemoryGrid {
     /// Micro-batch sizes.
-    pub batch_sizes: Vec<usize>,
+    pub micro_batches: Vec<usize>,
     /// Image sides in pixels.
     pub image_px: Vec<usize>,
     /// Precisions.
@@ -130,7 +134,7 @@ impl MemoryGrid {
     /// `tiny`: batch 8 at 64 px (the CI test on a software adapter). Each: f32 and f16 x
     /// checkpointing off and on.
     pub fn named(name: &str) -> Option<Self> {
-        let (batch_sizes, image_px) = match name {
+        let (micro_batches, image_px) = match name {
             "full" => (vec![4, 8, 16, 32], vec![64, 128, 224]),
             "tiers" => (vec![4, 8, 16, 32], vec![224]),
             "small" => (vec![4, 8], vec![32, 64]),
@@ -138,7 +142,7 @@ impl MemoryGrid {
             _ => return None,
         };
         Some(Self {
-            batch_sizes,
+            micro_batches,
             image_px,
             precisions: vec![Precision::F32, Precision::F16],
             checkpointing: vec![false, true],
@@ -151,8 +155,8 @@ impl MemoryGrid {
         for &precision in &self.precisions {
             for &checkpointing in &self.checkpointing {
                 for &image_px in &self.image_px {
-                    for &batch_size in &self.batch_sizes {
-                        cells.push(MemoryCell::new(batch_size, image_px, precision, checkpointing));
+                    for &micro_batch in &self.micro_batches {
+                        cells.push(MemoryCell::new(micro_batch, image_px, precision, checkpointing));
                     }
                 }
             }
@@ -165,8 +169,8 @@ impl MemoryGrid {
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct MemoryBenchRow {
     /// The config whose network was measured (a preset's name or a file), when the row says.
-    #[serde(default)]
-    pub config: String,
+    #[serde(default, alias = "config")]
+    pub network: String,
     /// Micro-batch.
     #[serde(alias = "batch_size")]
     pub micro_batch: usize,
@@ -223,7 +227,7 @@ pub struct MemoryBenchRow {
     /// Bytes reserved outside the dynamic pools after the last step, by what holds them
     /// ([`crate::device::memory_outside_the_pools`]).
     #[serde(default)]
-    pub outside_the_pools: Vec<(String, u64)>,
+    pub reserved_outside_the_pools: Vec<(String, u64)>,
     /// Why the cell was not measured.
     pub skipped: Option<String>,
 }
@@ -237,8 +241,8 @@ pub struct PoolPages {
     pub pages: u64,
     /// The most pages held at once.
     pub pages_peak: u64,
-    /// The largest allocation the pool served (bytes requested).
-    pub largest_alloc: u64,
+    /// The largest allocation the pool served (bytes requested; burn's `largest_alloc`).
+    pub largest_allocation: u64,
 }
 
 fn one() -> usize {
@@ -271,7 +275,7 @@ impl MemoryBenchRow {
 
     fn with_estimate(config: &str, cell: &MemoryCell, est: &memory::MemoryEstimate) -> Self {
         Self {
-            config: config.into(),
+            network: config.into(),
             micro_batch: cell.micro_batch,
             image_px: cell.image_px,
             precision: cell.precision.name().into(),
@@ -291,7 +295,7 @@ impl MemoryBenchRow {
             error_percent: f64::NAN,
             in_use_error_percent: f64::NAN,
             pools: Vec::new(),
-            outside_the_pools: Vec::new(),
+            reserved_outside_the_pools: Vec::new(),
             skipped: None,
         }
     }
@@ -343,10 +347,11 @@ pub fn measure_cell(
                     page_size: p.page_size,
                     pages: p.pages,
                     pages_peak: p.pages_peak,
-                    largest_alloc: p.largest_alloc,
+                    largest_allocation: p.largest_alloc,
                 })
                 .collect();
-            row.outside_the_pools = crate::device::memory_outside_the_pools(&device.device).unwrap_or_default();
+            row.reserved_outside_the_pools =
+                crate::device::memory_outside_the_pools(&device.device).unwrap_or_default();
         }
         Err(e) => row.skipped = Some(e.to_string()),
     }
@@ -385,7 +390,7 @@ pub fn memory_table(rows: &[MemoryBenchRow]) -> String {
     for r in rows {
         let head = format!(
             "| {} | {} | {} | {} | {} | {} | {} | {} ",
-            r.config,
+            r.network,
             r.micro_batch,
             r.image_px,
             r.precision,
@@ -420,7 +425,8 @@ pub const SHIPPED_NETWORKS: [&str; 2] = ["quickstart", "12gb"];
 /// (log-uniform, so small values are drawn as often as large ones), image side 64-320 px
 /// (uniform), f32 or f16, checkpointing on or off, accumulation 1-4. A cell `runs` refuses (a
 /// tensor over the adapter's buffer limit, a plan over what the bench may spend) is drawn again;
-/// returns the cells and how many were drawn again.
+/// returns the cells and how many were drawn again. The same `seed` gives the same cells only
+/// with the same `runs` (same adapter limits, `--max-plan-mib`, `--max-step-mpx` and plan).
 pub fn random_cells(
     n: usize,
     seed: u64,
@@ -481,6 +487,9 @@ impl ErrorSummary {
     /// Summarizes the measured rows of `rows`.
     pub fn of(rows: &[MemoryBenchRow]) -> Self {
         let measured: Vec<&MemoryBenchRow> = rows.iter().filter(|r| r.skipped.is_none()).collect();
+        if measured.is_empty() {
+            return Self { skipped: rows.len(), worst: "no cell measured".into(), ..Self::default() };
+        }
         let mut abs: Vec<f64> = measured.iter().map(|r| r.error_percent.abs()).collect();
         abs.sort_by(f64::total_cmp);
         let n = measured.len();
@@ -505,7 +514,7 @@ impl ErrorSummary {
             under_5_share: share(&|e| e < -5.0),
             within_share: share(&|e| (-5.0..=10.0).contains(&e)),
             worst: worst.map_or_else(String::new, |r| {
-                format!("{} --cell {} ({:+.1}%)", r.config, r.cell().to_arg(), r.error_percent)
+                format!("{} --cell {} ({:+.1}%)", r.network, r.cell().to_arg(), r.error_percent)
             }),
         }
     }

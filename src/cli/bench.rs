@@ -130,7 +130,8 @@ pub struct BenchArgs {
     /// adapter: lavapipe trains the 12gb network at about 0.03 MP/s).
     #[arg(long)]
     max_step_mpx: Option<f64>,
-    /// `bench memory`: measure one cell `BATCH,PX,f32|f16,on|off` and print its row as JSON
+    /// `bench memory`: measure one cell `MICRO_BATCH,PX,f32|f16,on|off[,ACCUM,CLASSES]` and print
+    /// its row as JSON
     /// (what `--fresh` runs in each child process).
     #[arg(long)]
     cell: Option<String>,
@@ -143,7 +144,8 @@ pub struct BenchArgs {
     /// configs and backends (`--config` and `--backends` are not used with it).
     #[arg(value_parser = crate::data::user_path::UserPathParser, long)]
     compare: Option<PathBuf>,
-    /// Write results as JSON here too.
+    /// Write results as JSON here too (an array of rows; `bench memory --random` writes
+    /// `{seed, rows, summary}`).
     #[arg(value_parser = crate::data::user_path::UserPathParser, long)]
     json: Option<PathBuf>,
 }

@@ -72,7 +72,7 @@ pub fn plan_report(config: &Config, p: &memory::Plan) -> String {
     let band = layout.error_band();
     let (low, high) = band.real_peak_range(e.total);
     s.push_str(&format!(
-        "  the real peak of such plans measured {:+.0}%..{:+.0}% from the plan, median {:.1}% ({}): {}..{}\n",
+        "  the real peak of such plans measured {:+.0}%..{:+.0}% from the plan (median plan error {:.1}%; {}): {}..{}\n",
         -band.high_percent / (1.0 + band.high_percent / 100.0),
         -band.low_percent / (1.0 + band.low_percent / 100.0),
         band.median_abs_percent,

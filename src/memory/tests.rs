@@ -66,7 +66,7 @@ fn the_browser_plan_holds_on_the_measured_cells() {
             100.0 * error
         );
     }
-    // The same step with sub-sliced pools plans about half of that (85.9 MiB).
+    // The same step with sub-sliced pools plans about half of that.
     c.train.checkpointing = false;
     (c.data.preprocess.crop_size, c.data.preprocess.load_size) = (28, 28);
     let adaptive = estimate_for_pools(&c, 64, 10, false, PoolLayout::Adaptive).total;
@@ -141,7 +141,8 @@ fn human_units() {
 const RANDOM_GRID: &str = include_str!("random_grid_lavapipe.tsv");
 
 /// The plan against every cell of the recorded random grid, on the terms issue 49 set: no cell
-/// more than 5% under, at least 95% within -5%..+10%, median absolute error under 4%; and the
+/// more than 5% under; at least 80% within -5%..+10% and a median absolute error under 4.5%
+/// (the issue's bar is 95% and 4%: not met, see below); and the
 /// error band `plan` prints ([`PoolLayout::error_band`]) holds every cell.
 #[test]
 fn the_plan_holds_on_the_random_grid() {
@@ -164,7 +165,7 @@ fn the_plan_holds_on_the_random_grid() {
     abs.sort_by(f64::total_cmp);
     let median = (abs[(abs.len() - 1) / 2] + abs[abs.len() / 2]) / 2.0;
     // Issue 49 asks for 95% within and a median under 4%; the plan's page slack reaches 81%
-    // and 4.1% (one page is 5-20% of these cells: see "Page rounding" in `pools.rs`).
+    // and 4.1% (one page is 15-35% of the small cells: see "The slack" in `pools.rs`).
     println!("{:.0}% within -5%..+10%, median |error| {median:.1}%", 100.0 * within);
     assert!(within >= 0.80, "{:.0}% within -5%..+10%: {errors:.1?}", 100.0 * within);
     assert!(median < 4.5, "median |error| {median:.1}%");

@@ -196,8 +196,8 @@ pub struct StepMemory {
 /// Memory of `steps` optimizer steps after one first step, as a training run sees it: the
 /// first step (which autotunes kernels at a new shape and allocates for that) is run outside
 /// the pools ([`Trainer::step_outside_the_pools`]) with a probe reading its peak reservation, and
-/// the pools' free pages are handed back
-/// ([`burn::tensor::Device::memory_cleanup`], as the training loop does after its first step);
+/// the pools are sized and their free pages handed back ([`crate::device::size_the_pools`], as
+/// the training loop does after its first step);
 /// then a [`crate::memory::probe::MemoryProbe`] reads the device from its own thread during the
 /// steady steps.
 ///
