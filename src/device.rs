@@ -400,6 +400,15 @@ fn cpu(backend: CpuBackend, note: Option<String>) -> SelectedDevice {
     SelectedDevice { device: backend.device(), name: format!("CPU (burn {})", backend.name()), adapter: None, note }
 }
 
+/// The cubecl device behind `device` (a wgpu adapter), `None` on a CPU backend.
+#[cfg(not(target_arch = "wasm32"))]
+fn cube_device(device: &Device) -> Option<burn::backend::CubeDevice> {
+    match device.clone().inner().as_dispatch().clone() {
+        burn::backend::DispatchDevice::Cube(cube) => Some(cube),
+        _ => None,
+    }
+}
+
 /// Runs `task` with every device allocation it makes on this thread's stream outside
 /// cubecl's pools (each its own device buffer, returned to the driver once freed), and waits
 /// for the work it queued before the window closes; on a CPU backend it runs `task` as is. A
@@ -429,7 +438,7 @@ pub fn outside_the_pools<T: Send>(device: &Device, task: impl FnOnce() -> T + Se
     }
     #[cfg(not(target_arch = "wasm32"))]
     {
-        let burn::backend::DispatchDevice::Cube(cube) = device.clone().inner().as_dispatch().clone() else {
+        let Some(cube) = cube_device(device) else {
             return Ok(task());
         };
         // cubecl closes the window when the closure returns, not when it unwinds: a panic in
@@ -455,7 +464,7 @@ pub fn outside_the_pools<T: Send>(device: &Device, task: impl FnOnce() -> T + Se
 /// the free pages back (`memory_cleanup`).
 pub fn size_the_pools(device: &Device, largest_allocation: u64) {
     #[cfg(not(target_arch = "wasm32"))]
-    if let burn::backend::DispatchDevice::Cube(cube) = device.clone().inner().as_dispatch().clone()
+    if let Some(cube) = cube_device(device)
         && largest_allocation > 0
     {
         let client = cube.client();
@@ -478,9 +487,7 @@ pub fn memory_outside_the_pools(device: &Device) -> Option<Vec<(String, u64)>> {
     }
     #[cfg(not(target_arch = "wasm32"))]
     {
-        let burn::backend::DispatchDevice::Cube(cube) = device.clone().inner().as_dispatch().clone() else {
-            return None;
-        };
+        let cube = cube_device(device)?;
         let report = cube.client().memory_report(burn::cubecl::MemoryScope::Device);
         let mut named: Vec<(String, u64)> = Vec::new();
         let mut add = |name: &str, bytes: u64| match named.iter_mut().find(|(n, _)| n == name) {
