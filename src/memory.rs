@@ -329,10 +329,12 @@ pub struct Plan {
     pub budget_bytes: u64,
     /// Whether the estimate fits.
     pub fits: bool,
-    /// Largest micro-batch that fits without accumulation (0 if not even 1 does).
+    /// Largest micro-batch that fits without accumulation (0 if not even 1 does), within
+    /// [`fit_budget`]: the budget less the plan's measured shortfall.
     pub max_batch_size: usize,
     /// The micro-batch to train with so that the configured effective batch
-    /// (`batch_size x grad_accum_steps`) fits: the effective batch itself when it fits, else the
+    /// (`batch_size x grad_accum_steps`) fits within [`fit_budget`] (the margin of the plan's
+    /// error band kept): the effective batch itself when it fits, else the
     /// largest divisor of it that fits, so the product is exactly the effective batch (0 if not
     /// even 1 fits). Only when every divisor is under half the largest fitting micro-batch (an
     /// effective batch with no suitable divisor, e.g. a prime) is the split
@@ -343,8 +345,10 @@ pub struct Plan {
     pub fit_grad_accum_steps: usize,
 }
 
-/// Estimates `config` and finds the largest micro-batch within its budget, and the
-/// (micro-batch, accumulation) pair that keeps the configured effective batch within it.
+/// Estimates `config` against its budget (`fits`), and finds the largest micro-batch and the
+/// (micro-batch, accumulation) pair that keeps the configured effective batch within
+/// [`fit_budget`] (the budget less the plan's measured shortfall: a batch the plan chooses keeps
+/// that margin; one the user chose is only checked against the budget).
 /// Accumulating costs one more f32 copy of the gradients, which the pair's search counts.
 pub fn plan(config: &Config, num_classes: usize) -> Plan {
     let budget = config.memory.memory_budget_bytes;
@@ -355,12 +359,13 @@ pub fn plan(config: &Config, num_classes: usize) -> Plan {
         c
     };
     let (single, accumulating) = (with_accum(1), with_accum(2));
-    let max_batch_size = largest_fitting(|b| estimate_total(&single, b, num_classes) <= budget);
+    let kept = fit_budget(budget, PoolLayout::this_build());
+    let max_batch_size = largest_fitting(|b| estimate_total(&single, b, num_classes) <= kept);
     let effective = config.train.batch_size * config.train.grad_accum_steps;
     let (fit_batch_size, fit_grad_accum_steps) = if max_batch_size >= effective {
         (effective, 1)
     } else {
-        match largest_fitting(|b| estimate_total(&accumulating, b, num_classes) <= budget) {
+        match largest_fitting(|b| estimate_total(&accumulating, b, num_classes) <= kept) {
             0 => (0, 0),
             micro => match (1..=micro.min(effective)).rev().find(|d| effective.is_multiple_of(*d)) {
                 Some(d) if 2 * d >= micro => (d, effective / d),
@@ -379,6 +384,15 @@ pub fn plan(config: &Config, num_classes: usize) -> Plan {
         fit_batch_size,
         fit_grad_accum_steps,
     }
+}
+
+/// The part of `budget` (bytes) a plan may fill when the batch is chosen for it (`--auto-fit`,
+/// the largest fitting batch): the budget less the plan's largest measured shortfall under
+/// `layout` ([`PoolLayout::error_band`]'s low end: 4.9% on the adaptive pools), so a batch chosen
+/// to fit still fits where the plan was furthest under the measured reserved peak.
+pub fn fit_budget(budget: u64, layout: PoolLayout) -> u64 {
+    let low = layout.error_band().low_percent.min(0.0);
+    (budget as f64 * (1.0 + low / 100.0)) as u64
 }
 
 /// The largest batch in 1..=65536 for which `fits` holds (0 if none); `fits` must be monotonic

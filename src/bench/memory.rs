@@ -13,6 +13,9 @@
 //! the larger one's reservation. `--fresh` runs every cell in a process of its own (the client
 //! spawns them; see `vramfit bench memory --cell`), which is what the README's table uses.
 
+mod error_summary;
+pub use error_summary::ErrorSummary;
+
 use serde::{Deserialize, Serialize};
 
 use crate::bench::BENCH_CLASSES;
@@ -228,6 +231,17 @@ pub struct MemoryBenchRow {
     /// ([`crate::device::memory_outside_the_pools`]).
     #[serde(default)]
     pub reserved_outside_the_pools: Vec<(String, u64)>,
+    /// The bytes reserved by the same steps run under cubecl's dry run, in the same process
+    /// after the measured steps and a cleanup ([`crate::train::dry_run_step_memory`], what
+    /// `vramfit plan --exact` prints); 0 when not measured.
+    #[serde(default)]
+    pub dry_run_reserved_bytes: u64,
+    /// (dry-run reserved - measured reserved) / measured reserved, in percent.
+    #[serde(default)]
+    pub dry_run_error_percent: f64,
+    /// Seconds the dry run took.
+    #[serde(default)]
+    pub dry_run_secs: f64,
     /// Why the cell was not measured.
     pub skipped: Option<String>,
 }
@@ -254,6 +268,12 @@ fn bench_classes() -> usize {
 }
 
 impl MemoryBenchRow {
+    /// What `vramfit plan --exact` would print for the cell: the smaller of the plan and the
+    /// dry run ([`crate::memory::exact_peak`]).
+    pub fn exact_bytes(&self) -> u64 {
+        memory::exact_peak(self.predicted_bytes, self.dry_run_reserved_bytes)
+    }
+
     /// The row of `cell` of the network of `base` (named `config`) with the plan's figures and
     /// nothing measured yet.
     pub fn planned(config: &str, base: &Config, cell: &MemoryCell) -> Self {
@@ -296,20 +316,25 @@ impl MemoryBenchRow {
             in_use_error_percent: f64::NAN,
             pools: Vec::new(),
             reserved_outside_the_pools: Vec::new(),
+            dry_run_reserved_bytes: 0,
+            dry_run_error_percent: 0.0,
+            dry_run_secs: 0.0,
             skipped: None,
         }
     }
 }
 
-/// Measures one cell on `device` over `steps` steps after one warm-up step; a cell the adapter
-/// cannot hold (no shader f16, a tensor over its buffer limit, a device error) comes back with
-/// `skipped` set.
+/// Measures one cell on `device` over `steps` steps after one warm-up step, then (after a
+/// cleanup) runs the same steps under cubecl's dry run ([`crate::train::dry_run_step_memory`]);
+/// with `measure` false, only the dry run. A cell the adapter cannot hold (no shader f16, a
+/// tensor over its buffer limit, a device error) comes back with `skipped` set.
 pub fn measure_cell(
     config: &str,
     base: &Config,
     device: &SelectedDevice,
     cell: &MemoryCell,
     steps: usize,
+    measure: bool,
 ) -> MemoryBenchRow {
     let c = cell.config(base);
     let est = memory::estimate(&c, cell.micro_batch, cell.num_classes);
@@ -327,7 +352,33 @@ pub fn measure_cell(
         return row;
     }
     device.device.memory_cleanup();
-    match crate::train::measure_step_memory(&c, device, cell.num_classes, steps.max(1)) {
+    if measure {
+        measure_steps(&mut row, &c, &est, device, cell, steps);
+    }
+    if row.skipped.is_none() {
+        device.device.memory_cleanup();
+        match crate::train::dry_run_step_memory(&c, device, cell.num_classes, steps.max(1)) {
+            Ok(dry) => {
+                row.dry_run_reserved_bytes = dry.bytes_reserved;
+                row.dry_run_secs = dry.secs;
+                row.dry_run_error_percent = percent_error(dry.bytes_reserved, row.measured_reserved_bytes);
+            }
+            Err(e) => row.skipped = Some(format!("dry run: {e}")),
+        }
+    }
+    row
+}
+
+/// The measured columns of `row`: `steps` real steps of `c` after a first one.
+fn measure_steps(
+    row: &mut MemoryBenchRow,
+    c: &Config,
+    est: &memory::MemoryEstimate,
+    device: &SelectedDevice,
+    cell: &MemoryCell,
+    steps: usize,
+) {
+    match crate::train::measure_step_memory(c, device, cell.num_classes, steps.max(1)) {
         Ok(mem) => {
             row.measured_in_use_bytes = mem.tracker.peak_bytes_in_use;
             row.measured_peak_in_use_bytes = mem.probe.bytes_in_use.max(mem.tracker.peak_bytes_in_use);
@@ -355,7 +406,6 @@ pub fn measure_cell(
         }
         Err(e) => row.skipped = Some(e.to_string()),
     }
-    row
 }
 
 fn percent_error(predicted: u64, measured: u64) -> f64 {
@@ -375,7 +425,7 @@ pub fn bench_memory(
     grid.cells()
         .iter()
         .map(|cell| {
-            let row = measure_cell(config, base, device, cell, steps);
+            let row = measure_cell(config, base, device, cell, steps, true);
             log(format!("{row:?}"));
             row
         })
@@ -456,86 +506,6 @@ pub fn random_cells(
         }
     }
     (cells, redrawn)
-}
-
-/// The plan's error over measured rows, the way memory-estimation papers report it (median and
-/// tail of the relative error, the share of configurations over and under): percentages of
-/// `(predicted - measured reserved) / measured reserved`.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-pub struct ErrorSummary {
-    /// Rows measured.
-    pub measured: usize,
-    /// Rows skipped (not counted below).
-    pub skipped: usize,
-    /// Median of the absolute error, percent.
-    pub median_abs_percent: f64,
-    /// 95th percentile (nearest rank) of the absolute error, percent.
-    pub p95_abs_percent: f64,
-    /// The lowest and highest error, percent (negative: the plan under the measured peak).
-    pub band_percent: (f64, f64),
-    /// Share of rows with the plan more than 10% over.
-    pub over_10_share: f64,
-    /// Share of rows with the plan more than 5% under.
-    pub under_5_share: f64,
-    /// Share of rows within -5%..+10%.
-    pub within_share: f64,
-    /// The cell with the largest absolute error (its `--cell` argument and network).
-    pub worst: String,
-}
-
-impl ErrorSummary {
-    /// Summarizes the measured rows of `rows`.
-    pub fn of(rows: &[MemoryBenchRow]) -> Self {
-        let measured: Vec<&MemoryBenchRow> = rows.iter().filter(|r| r.skipped.is_none()).collect();
-        if measured.is_empty() {
-            return Self { skipped: rows.len(), worst: "no cell measured".into(), ..Self::default() };
-        }
-        let mut abs: Vec<f64> = measured.iter().map(|r| r.error_percent.abs()).collect();
-        abs.sort_by(f64::total_cmp);
-        let n = measured.len();
-        let share =
-            |f: &dyn Fn(f64) -> bool| measured.iter().filter(|r| f(r.error_percent)).count() as f64 / n.max(1) as f64;
-        let nearest_rank = |q: f64| abs.get(((q * n as f64).ceil() as usize).max(1) - 1).copied().unwrap_or(f64::NAN);
-        let worst = measured.iter().max_by(|a, b| a.error_percent.abs().total_cmp(&b.error_percent.abs()));
-        let errors = measured.iter().map(|r| r.error_percent);
-        Self {
-            measured: n,
-            skipped: rows.len() - n,
-            median_abs_percent: if n == 0 {
-                f64::NAN
-            } else if n % 2 == 1 {
-                abs[n / 2]
-            } else {
-                (abs[n / 2 - 1] + abs[n / 2]) / 2.0
-            },
-            p95_abs_percent: nearest_rank(0.95),
-            band_percent: (errors.clone().fold(f64::INFINITY, f64::min), errors.fold(f64::NEG_INFINITY, f64::max)),
-            over_10_share: share(&|e| e > 10.0),
-            under_5_share: share(&|e| e < -5.0),
-            within_share: share(&|e| (-5.0..=10.0).contains(&e)),
-            worst: worst.map_or_else(String::new, |r| {
-                format!("{} --cell {} ({:+.1}%)", r.network, r.cell().to_arg(), r.error_percent)
-            }),
-        }
-    }
-
-    /// The summary in a few lines of text.
-    pub fn text(&self) -> String {
-        format!(
-            "{} cells measured ({} skipped): median |error| {:.1}%, 95th percentile {:.1}%, band {:+.1}%..{:+.1}%\n\
-             within -5%..+10%: {:.0}%, over +10%: {:.0}%, under -5%: {:.0}%\nworst: {}",
-            self.measured,
-            self.skipped,
-            self.median_abs_percent,
-            self.p95_abs_percent,
-            self.band_percent.0,
-            self.band_percent.1,
-            100.0 * self.within_share,
-            100.0 * self.over_10_share,
-            100.0 * self.under_5_share,
-            self.worst,
-        )
-    }
 }
 
 fn on_off(b: bool) -> &'static str {

@@ -135,6 +135,10 @@ pub struct BenchArgs {
     /// (what `--fresh` runs in each child process).
     #[arg(long)]
     cell: Option<String>,
+    /// `bench memory`: run each cell's steps only under cubecl's dry run (what `vramfit plan
+    /// --exact` prints: seconds a cell), not for real; the rows' measured columns stay empty.
+    #[arg(long)]
+    dry_run_only: bool,
     /// Seconds of training for `bench ui`.
     #[arg(long, default_value_t = 60.0)]
     seconds: f64,
@@ -319,6 +323,7 @@ fn memory_cell_in_child(
     cell: &crate::bench::memory::MemoryCell,
     steps: usize,
     device: crate::device::DeviceChoice,
+    dry_run_only: bool,
 ) -> crate::bench::memory::MemoryBenchRow {
     let mut row = crate::bench::memory::MemoryBenchRow::planned(config_name, base, cell);
     let exe = match std::env::current_exe() {
@@ -331,6 +336,9 @@ fn memory_cell_in_child(
     let mut cmd = std::process::Command::new(exe);
     cmd.args(["bench", "memory", "--config", config_name, "--cell", &cell.to_arg(), "--steps", &steps.to_string()]);
     cmd.args(super::device_flags(device));
+    if dry_run_only {
+        cmd.arg("--dry-run-only");
+    }
     match cmd.stderr(std::process::Stdio::piped()).output() {
         Ok(out) if out.status.success() => {
             match String::from_utf8_lossy(&out.stdout).lines().rev().find_map(|l| serde_json::from_str(l).ok()) {
@@ -373,7 +381,7 @@ fn bench_memory(args: &BenchArgs) -> anyhow::Result<Option<String>> {
     }
     if let Some(cell) = &args.cell {
         let cell = crate::bench::memory::MemoryCell::parse(cell)?;
-        let row = crate::bench::memory::measure_cell(config_name, &base, &device, &cell, steps);
+        let row = crate::bench::memory::measure_cell(config_name, &base, &device, &cell, steps, !args.dry_run_only);
         println!("{}", serde_json::to_string(&row)?);
         return Ok(None);
     }
@@ -387,7 +395,7 @@ fn bench_memory(args: &BenchArgs) -> anyhow::Result<Option<String>> {
             .cells()
             .iter()
             .map(|cell| {
-                let row = memory_cell_in_child(config_name, &base, cell, steps, choice);
+                let row = memory_cell_in_child(config_name, &base, cell, steps, choice, args.dry_run_only);
                 eprintln!("{row:?}");
                 row
             })
@@ -435,17 +443,33 @@ fn bench_memory_random(
     let mut rows = Vec::new();
     for (i, (name, cell)) in cells.iter().enumerate() {
         let base = &networks.iter().find(|(n, _)| n == name).expect("drawn from these").1;
-        let row = memory_cell_in_child(name, base, cell, steps, choice);
-        eprintln!("[{}/{}] {name} --cell {}: {:+.1}%", i + 1, cells.len(), cell.to_arg(), row.error_percent);
+        let row = memory_cell_in_child(name, base, cell, steps, choice, args.dry_run_only);
+        eprintln!(
+            "[{}/{}] {name} --cell {}: plan {:+.1}%, dry run {:+.1}%",
+            i + 1,
+            cells.len(),
+            cell.to_arg(),
+            row.error_percent,
+            row.dry_run_error_percent
+        );
         rows.push(row);
     }
     let summary = ErrorSummary::of(&rows);
+    let (dry_run, exact) = (ErrorSummary::of_dry_run(&rows), ErrorSummary::of_exact(&rows));
     println!(
-        "adapter: {} (each cell in a fresh process; seed {})\n{}\n{}",
+        "adapter: {} (each cell in a fresh process; seed {})\n{}\nthe plan: {}\nthe dry run: {}\nplan --exact (the smaller): {}",
         device.name,
         args.seed,
         crate::bench::memory::memory_table(&rows),
-        summary.text()
+        summary.text(),
+        dry_run.text(),
+        exact.text()
     );
-    Ok(serde_json::to_string_pretty(&serde_json::json!({ "seed": args.seed, "rows": rows, "summary": summary }))?)
+    Ok(serde_json::to_string_pretty(&serde_json::json!({
+        "seed": args.seed,
+        "rows": rows,
+        "summary": summary,
+        "dry_run_summary": dry_run,
+        "exact_summary": exact,
+    }))?)
 }

@@ -22,6 +22,15 @@ pub struct PlanArgs {
     /// made, and print each candidate and the choice.
     #[arg(long)]
     suggest: bool,
+    /// Also measure the plan on a GPU adapter: run two training steps of the config under
+    /// cubecl's dry run (kernels compiled, not dispatched; the pools' pages carved without
+    /// device memory) and print what the pools reserved. Takes a step's compilation and
+    /// autotuning (seconds to minutes on a software adapter); the adapter is `--device gpu`'s
+    /// unless `--adapter` names one.
+    #[arg(long)]
+    exact: bool,
+    #[command(flatten)]
+    device: super::DeviceArgs,
 }
 
 /// The plan as printed by `vramfit plan`.
@@ -69,17 +78,7 @@ pub fn plan_report(config: &Config, p: &memory::Plan) -> String {
     };
     row(&pools, e.allocator_overhead);
     s.push_str(&format!("  {:<54}{:>12}\n", "predicted peak (reserved)", human_bytes(e.total)));
-    let band = layout.error_band();
-    let (low, high) = band.real_peak_range(e.total);
-    s.push_str(&format!(
-        "  the real peak of such plans measured {:+.0}%..{:+.0}% from the plan (median plan error {:.1}%; {}): {}..{}\n",
-        -band.high_percent / (1.0 + band.high_percent / 100.0),
-        -band.low_percent / (1.0 + band.low_percent / 100.0),
-        band.median_abs_percent,
-        band.measured_on,
-        human_bytes(low),
-        human_bytes(high),
-    ));
+    s.push_str(&format!("  {}\n", layout.error_band().describe("the plan", e.total)));
     s.push_str(&format!("budget {}: {}\n", human_bytes(p.budget_bytes), p.verdict()));
     let effective = config.train.batch_size * config.train.grad_accum_steps;
     if p.fit_batch_size == 0 {
@@ -107,6 +106,27 @@ pub fn plan(args: PlanArgs) -> anyhow::Result<ExitCode> {
     print!("{}", plan_report(&config, &p));
     if let Some(line) = tier_line(&config, args.classes) {
         print!("{line}");
+    }
+    if args.exact {
+        let device = super::commands::select_device(args.device.gpu_choice()?)?;
+        if !device.is_gpu() {
+            anyhow::bail!(
+                "plan --exact measures a GPU adapter's memory pools and {} has none: pass --device gpu \
+                 (`vramfit devices` lists the adapters)",
+                device.name
+            );
+        }
+        let dry = crate::train::dry_run_step_memory(&config, &device, args.classes, 2)?;
+        let exact = memory::exact_peak(p.estimate.total, dry.bytes_reserved);
+        println!(
+            "dry run: two steps under cubecl's dry run on {} ({:.1} s) reserved {}\n\
+             exact plan (the smaller of the plan and the dry run): {}; {}",
+            device.name,
+            dry.secs,
+            human_bytes(dry.bytes_reserved),
+            human_bytes(exact),
+            memory::EXACT_ERROR_BAND.describe("it", exact),
+        );
     }
     // Exit status 2 when the configuration does not fit, for scripts (`plan && train`).
     Ok(if p.fits { ExitCode::SUCCESS } else { ExitCode::from(2) })

@@ -99,10 +99,20 @@ fn with_accum(c: &Config, accum: usize) -> Config {
     c
 }
 
+/// The smallest budget whose [`fit_budget`] holds `bytes`.
+fn budget_keeping(bytes: u64) -> u64 {
+    let layout = PoolLayout::this_build();
+    let mut budget = (bytes as f64 / (1.0 + layout.error_band().low_percent / 100.0)) as u64;
+    while fit_budget(budget, layout) < bytes {
+        budget += 1;
+    }
+    budget
+}
+
 #[test]
 fn plan_finds_the_largest_fitting_batch() {
     let mut c = Config::default();
-    c.memory.memory_budget_bytes = estimate(&c, 37, 10).total;
+    c.memory.memory_budget_bytes = budget_keeping(estimate(&c, 37, 10).total);
     c.train.batch_size = 64;
     let p = plan(&c, 10);
     assert!(!p.fits);
@@ -117,15 +127,37 @@ fn plan_finds_the_largest_fitting_batch() {
     // The product is the effective batch exactly when a divisor near the fit exists: 32 with
     // room for 3 is 2 x 16, not 3 x 11 = 33.
     c.train.batch_size = 32;
-    c.memory.memory_budget_bytes = estimate(&with_accum(&c, 2), 3, 10).total;
+    c.memory.memory_budget_bytes = budget_keeping(estimate(&with_accum(&c, 2), 3, 10).total);
     let p = plan(&c, 10);
     assert_eq!((p.fit_batch_size, p.fit_grad_accum_steps), (2, 16));
     // An effective batch that fits whole needs no accumulation.
-    c.memory.memory_budget_bytes = estimate(&c, 64, 10).total;
+    c.memory.memory_budget_bytes = budget_keeping(estimate(&c, 64, 10).total);
     c.train.batch_size = 32;
     c.train.grad_accum_steps = 2;
     let p = plan(&c, 10);
     assert_eq!((p.fit_batch_size, p.fit_grad_accum_steps), (64, 1));
+}
+
+#[test]
+fn a_chosen_batch_keeps_the_measured_margin() {
+    // A budget exactly the plan of batch 64: the config fits, but a batch the plan chooses
+    // leaves the 4.9% the plan was measured under the real peak (adaptive pools).
+    let mut c = Config::default();
+    c.train.batch_size = 64;
+    let planned = estimate(&c, 64, 10).total;
+    c.memory.memory_budget_bytes = planned;
+    let p = plan(&c, 10);
+    assert!(p.fits);
+    assert!(p.max_batch_size < 64, "{}", p.max_batch_size);
+    let kept = fit_budget(planned, PoolLayout::Adaptive);
+    assert_eq!(kept, (planned as f64 * 0.951) as u64);
+    assert!(estimate(&c, p.max_batch_size, 10).total <= kept);
+    assert!(estimate(&c, p.max_batch_size + 1, 10).total > kept);
+    // The browser's layout, measured at most 0.5% under, keeps 99.5%.
+    assert_eq!(
+        fit_budget(1 << 30, PoolLayout::ExclusivePages { max_page_size: 1 << 30 }),
+        ((1u64 << 30) as f64 * 0.995) as u64
+    );
 }
 
 #[test]
@@ -137,40 +169,87 @@ fn human_units() {
 
 /// The cells of a seeded random grid measured on lavapipe, one fresh process per cell
 /// (`random_grid_lavapipe.tsv`; README, "Memory"): network, `--cell` argument, whether the step
-/// ran the fused GroupNorm + GELU, measured reserved peak and peak in use (bytes).
+/// ran the fused GroupNorm + GELU, measured reserved peak and peak in use, and the dry run's
+/// reservation (bytes).
 const RANDOM_GRID: &str = include_str!("random_grid_lavapipe.tsv");
 
-/// The plan against every cell of the recorded random grid, on the terms issue 49 set: no cell
-/// more than 5% under; at least 80% within -5%..+10% and a median absolute error under 4.5%
-/// (the issue's bar is 95% and 4%: not met, see below); and the
-/// error band `plan` prints ([`PoolLayout::error_band`]) holds every cell.
-#[test]
-fn the_plan_holds_on_the_random_grid() {
-    let mut errors = Vec::new();
-    for line in RANDOM_GRID.lines().filter(|l| !l.starts_with('#') && !l.trim().is_empty()) {
-        let fields: Vec<&str> = line.split('\t').collect();
-        let [network, cell, fused, reserved, _peak_in_use] = fields[..] else { panic!("bad row {line:?}") };
-        let base = crate::config::presets::load_config(network).unwrap();
-        let cell = crate::bench::memory::MemoryCell::parse(cell).unwrap();
-        let c = cell.config(&base);
-        let predicted = estimate_for_pools(&c, cell.micro_batch, cell.num_classes, fused == "1", PoolLayout::Adaptive);
-        let reserved: f64 = reserved.parse().unwrap();
-        let error = 100.0 * (predicted.total as f64 / reserved - 1.0);
-        assert!(error >= -5.0, "{network} --cell {}: {error:+.1}%", cell.to_arg());
-        errors.push(error);
+/// One recorded cell of the random grid: its network and cell, the plan the code makes for it
+/// now, the measured reserved peak and the dry run's reservation (bytes).
+struct RecordedCell {
+    name: String,
+    planned: u64,
+    reserved: u64,
+    dry_run: u64,
+}
+
+fn random_grid() -> Vec<RecordedCell> {
+    RANDOM_GRID
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+        .map(|line| {
+            let fields: Vec<&str> = line.split('\t').collect();
+            let [network, cell, fused, reserved, _peak_in_use, dry_run] = fields[..] else {
+                panic!("bad row {line:?}")
+            };
+            let base = crate::config::presets::load_config(network).unwrap();
+            let cell = crate::bench::memory::MemoryCell::parse(cell).unwrap();
+            let c = cell.config(&base);
+            let planned =
+                estimate_for_pools(&c, cell.micro_batch, cell.num_classes, fused == "1", PoolLayout::Adaptive).total;
+            RecordedCell {
+                name: format!("{network} --cell {}", cell.to_arg()),
+                planned,
+                reserved: reserved.parse().unwrap(),
+                dry_run: dry_run.parse().unwrap(),
+            }
+        })
+        .collect()
+}
+
+/// Percent errors of `predicted` against each cell's measured reserved peak, checked never more
+/// than 5% under and inside `band`; returns the share within -5%..+10% and the median |error|.
+fn check_errors(cells: &[RecordedCell], predicted: impl Fn(&RecordedCell) -> u64, band: ErrorBand) -> (f64, f64) {
+    let errors: Vec<f64> = cells.iter().map(|c| 100.0 * (predicted(c) as f64 / c.reserved as f64 - 1.0)).collect();
+    for (c, e) in cells.iter().zip(&errors) {
+        assert!(*e >= -5.0, "{}: {e:+.1}%", c.name);
+        assert!((band.low_percent..=band.high_percent).contains(e), "{}: {e:+.1}% outside the band {band:?}", c.name);
     }
     assert!(errors.len() >= 40, "{} cells", errors.len());
     let within = errors.iter().filter(|e| (-5.0..=10.0).contains(*e)).count() as f64 / errors.len() as f64;
     let mut abs: Vec<f64> = errors.iter().map(|e| e.abs()).collect();
     abs.sort_by(f64::total_cmp);
     let median = (abs[(abs.len() - 1) / 2] + abs[abs.len() / 2]) / 2.0;
+    println!("{:.0}% within -5%..+10%, median |error| {median:.2}%", 100.0 * within);
+    (within, median)
+}
+
+/// The plan against every cell of the recorded random grid, on the terms issue 49 set: no cell
+/// more than 5% under; at least 80% within -5%..+10% and a median absolute error under 4.5%
+/// (the issue's bar is 95% and 4%: not met by the plan alone, see below); and the error band
+/// `plan` prints ([`PoolLayout::error_band`]) holds every cell.
+#[test]
+fn the_plan_holds_on_the_random_grid() {
+    let (within, median) = check_errors(&random_grid(), |c| c.planned, PoolLayout::Adaptive.error_band());
     // Issue 49 asks for 95% within and a median under 4%; the plan's page slack reaches 81%
     // and 4.1% (one page is 15-35% of the small cells: see "The slack" in `pools.rs`).
-    println!("{:.0}% within -5%..+10%, median |error| {median:.1}%", 100.0 * within);
-    assert!(within >= 0.80, "{:.0}% within -5%..+10%: {errors:.1?}", 100.0 * within);
+    assert!(within >= 0.80, "{:.0}% within -5%..+10%", 100.0 * within);
     assert!(median < 4.5, "median |error| {median:.1}%");
-    let band = PoolLayout::Adaptive.error_band();
-    for e in &errors {
-        assert!((band.low_percent..=band.high_percent).contains(e), "{e:+.1}% outside the band {band:?}");
-    }
+}
+
+/// `plan --exact`, the smaller of the plan and the recorded dry run ([`exact_peak`]): never more
+/// than 5% under the measured reserved peak, a median |error| under 4% (issue 49's bar), inside
+/// [`EXACT_ERROR_BAND`], and at least 93% of the cells within -5%..+10%: 94% with the recorded
+/// dry runs (45 of 48), 96% with a second pass of them, where two cells carved a page less or
+/// more; issue 49's 95% is on that edge. The dry run alone is never 5% under either, but a page
+/// over on 5 cells (90% within).
+#[test]
+fn the_exact_plan_holds_on_the_random_grid() {
+    let cells = random_grid();
+    let (within, median) = check_errors(&cells, |c| exact_peak(c.planned, c.dry_run), EXACT_ERROR_BAND);
+    assert!(within >= 0.93, "{:.0}% within -5%..+10%", 100.0 * within);
+    assert!(median < 4.0, "median |error| {median:.2}%");
+    assert!((median - EXACT_ERROR_BAND.median_abs_percent).abs() < 0.05, "band says {EXACT_ERROR_BAND:?}");
+    let dry_run_band = ErrorBand { low_percent: -5.0, high_percent: 40.0, ..EXACT_ERROR_BAND };
+    let (dry_within, _) = check_errors(&cells, |c| c.dry_run, dry_run_band);
+    assert!(dry_within < within, "the dry run alone: {:.0}% within", 100.0 * dry_within);
 }

@@ -51,8 +51,8 @@ mod store;
 
 pub use in_memory::{InMemoryRequest, TrainedModel, train_in_memory};
 pub use probes::{
-    OVERFIT_CHECK_STEPS, OverfitResult, StepMemory, TrainingRate, measure_step_memory, measure_training, overfit_check,
-    synthetic_batch,
+    DryRunMemory, OVERFIT_CHECK_STEPS, OverfitResult, StepMemory, TrainingRate, dry_run_step_memory,
+    measure_step_memory, measure_training, overfit_check, synthetic_batch,
 };
 pub use step::smoothed_cross_entropy;
 pub use store::{EPOCHS_HEADER, METRICS_HEADER};

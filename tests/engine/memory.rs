@@ -30,6 +30,13 @@ fn the_plan_covers_the_measured_reserved_peak_in_fresh_processes() {
         // The activation terms hold at the end of the forward pass.
         assert!(r["in_use_error_percent"].as_f64().unwrap().abs() <= 10.0, "{r}");
         assert!(bytes(r, "measured_peak_in_use_bytes") >= bytes(r, "measured_in_use_bytes"));
+        // The same steps under cubecl's dry run (after a cleanup, in the same process) carve the
+        // pages the real steps carved, give or take one page of the adaptive pool; the dry run
+        // misses only the launches' uniform buffers (under 1.2 MiB on the random grid).
+        let dry_run = bytes(r, "dry_run_reserved_bytes");
+        let page = r["pools"].as_array().unwrap().iter().map(|p| bytes(p, "page_size")).min().unwrap();
+        assert!(dry_run as f64 >= 0.95 * reserved as f64, "dry run 5% under: {r}");
+        assert!(dry_run <= reserved + page + reserved / 20, "dry run more than a page over: {r}");
     }
     let activations = |i: usize| bytes(&rows[i], "measured_activation_bytes") as f64;
     // Checkpointing keeps less, in both precisions.
@@ -37,6 +44,33 @@ fn the_plan_covers_the_measured_reserved_peak_in_fresh_processes() {
     // f16 keeps less than f32 on the same configuration: 0.75x against f32 with the fused
     // GroupNorm + GELU kernels (measured 2026-12-03; 0.37x against burn's ops).
     assert!(activations(2) <= 0.8 * activations(0), "f16 {} vs f32 {} bytes", activations(2), activations(0));
+}
+
+/// `vramfit plan --exact` runs two steps under cubecl's dry run on the adapter and prints what
+/// they reserved and the exact plan (the smaller of it and the plan), in seconds: no kernel runs.
+#[test]
+fn plan_exact_prints_the_dry_runs_reservation_and_the_smaller_of_the_two() {
+    if gpu_or_skip().is_none() {
+        return;
+    }
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_vramfit"))
+        .args(["plan", "--config", "quickstart", "--exact", "--device", "gpu", "--batch-size", "16"])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
+    let mib = |after: &str| -> f64 {
+        let rest = &stdout[stdout.find(after).unwrap_or_else(|| panic!("no {after:?} in {stdout}")) + after.len()..];
+        let number: String = rest.trim_start().chars().take_while(|c| c.is_ascii_digit() || *c == '.').collect();
+        let value: f64 = number.parse().unwrap_or_else(|_| panic!("no number after {after:?} in {stdout}"));
+        if rest.trim_start()[number.len()..].trim_start().starts_with("KiB") { value / 1024.0 } else { value }
+    };
+    let (planned, in_use) = (mib("predicted peak (reserved)"), mib("peak in use"));
+    let (dry_run, exact) = (mib(") reserved"), mib("the smaller of the plan and the dry run):"));
+    // The pools hold at least the bytes in use and the 8 MiB small page, and the exact plan is
+    // the smaller figure.
+    assert!(dry_run >= in_use + 8.0 && dry_run <= 1.5 * planned, "{stdout}");
+    assert!((exact - dry_run.min(planned)).abs() < 0.15, "{stdout}");
 }
 
 /// A capped run whose budget is lowered under its reserved bytes once its pools are in their
