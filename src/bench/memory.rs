@@ -233,17 +233,25 @@ pub struct MemoryBenchRow {
     pub reserved_outside_the_pools: Vec<(String, u64)>,
     /// The bytes reserved by the same steps run under cubecl's dry run, in the same process
     /// after the measured steps and a cleanup ([`crate::train::dry_run_step_memory`], what
-    /// `vramfit plan --exact` prints); 0 when not measured.
+    /// `vramfit plan --exact` prints); 0 when the dry run did not run.
     #[serde(default)]
     pub dry_run_reserved_bytes: u64,
-    /// (dry-run reserved - measured reserved) / measured reserved, in percent.
-    #[serde(default)]
+    /// (dry-run reserved - measured reserved) / measured reserved, in percent; NaN when either
+    /// was not measured.
+    #[serde(default = "not_measured")]
     pub dry_run_error_percent: f64,
     /// Seconds the dry run took.
     #[serde(default)]
     pub dry_run_secs: f64,
     /// Why the cell was not measured.
     pub skipped: Option<String>,
+    /// Why the dry run failed, where the real steps were measured.
+    #[serde(default)]
+    pub dry_run_skipped: Option<String>,
+}
+
+fn not_measured() -> f64 {
+    f64::NAN
 }
 
 /// One pool's pages as the device reports them (`Device::memory_pool_report`).
@@ -269,7 +277,7 @@ fn bench_classes() -> usize {
 
 impl MemoryBenchRow {
     /// What `vramfit plan --exact` would print for the cell: the smaller of the plan and the
-    /// dry run ([`crate::memory::exact_peak`]).
+    /// dry run ([`crate::memory::exact_peak`]; the plan when the dry run did not run).
     pub fn exact_bytes(&self) -> u64 {
         memory::exact_peak(self.predicted_bytes, self.dry_run_reserved_bytes)
     }
@@ -317,16 +325,17 @@ impl MemoryBenchRow {
             pools: Vec::new(),
             reserved_outside_the_pools: Vec::new(),
             dry_run_reserved_bytes: 0,
-            dry_run_error_percent: 0.0,
+            dry_run_error_percent: f64::NAN,
             dry_run_secs: 0.0,
             skipped: None,
+            dry_run_skipped: None,
         }
     }
 }
 
 /// Measures one cell on `device` over `steps` steps after one warm-up step, then (after a
 /// cleanup) runs the same steps under cubecl's dry run ([`crate::train::dry_run_step_memory`]);
-/// with `measure` false, only the dry run. A cell the adapter cannot hold (no shader f16, a
+/// with `real_steps` false, only the dry run. A cell the adapter cannot hold (no shader f16, a
 /// tensor over its buffer limit, a device error) comes back with `skipped` set.
 pub fn measure_cell(
     config: &str,
@@ -334,7 +343,7 @@ pub fn measure_cell(
     device: &SelectedDevice,
     cell: &MemoryCell,
     steps: usize,
-    measure: bool,
+    real_steps: bool,
 ) -> MemoryBenchRow {
     let c = cell.config(base);
     let est = memory::estimate(&c, cell.micro_batch, cell.num_classes);
@@ -352,7 +361,7 @@ pub fn measure_cell(
         return row;
     }
     device.device.memory_cleanup();
-    if measure {
+    if real_steps {
         measure_steps(&mut row, &c, &est, device, cell, steps);
     }
     if row.skipped.is_none() {
@@ -361,8 +370,11 @@ pub fn measure_cell(
             Ok(dry) => {
                 row.dry_run_reserved_bytes = dry.bytes_reserved;
                 row.dry_run_secs = dry.secs;
-                row.dry_run_error_percent = percent_error(dry.bytes_reserved, row.measured_reserved_bytes);
+                if real_steps {
+                    row.dry_run_error_percent = percent_error(dry.bytes_reserved, row.measured_reserved_bytes);
+                }
             }
+            Err(e) if real_steps => row.dry_run_skipped = Some(e.to_string()),
             Err(e) => row.skipped = Some(format!("dry run: {e}")),
         }
     }
@@ -420,12 +432,13 @@ pub fn bench_memory(
     device: &SelectedDevice,
     grid: &MemoryGrid,
     steps: usize,
+    real_steps: bool,
     log: &mut dyn FnMut(String),
 ) -> Vec<MemoryBenchRow> {
     grid.cells()
         .iter()
         .map(|cell| {
-            let row = measure_cell(config, base, device, cell, steps, true);
+            let row = measure_cell(config, base, device, cell, steps, real_steps);
             log(format!("{row:?}"));
             row
         })

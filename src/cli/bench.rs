@@ -402,9 +402,15 @@ fn bench_memory(args: &BenchArgs) -> anyhow::Result<Option<String>> {
             .collect::<Vec<_>>();
         (rows, format!("{} (each cell in a fresh process)", device.name))
     } else {
-        let rows = crate::bench::memory::bench_memory(config_name, &base, &device, &grid, steps, &mut |line| {
-            eprintln!("{line}")
-        });
+        let rows = crate::bench::memory::bench_memory(
+            config_name,
+            &base,
+            &device,
+            &grid,
+            steps,
+            !args.dry_run_only,
+            &mut |line| eprintln!("{line}"),
+        );
         (rows, device.name)
     };
     println!("adapter: {adapter}\n{}", crate::bench::memory::memory_table(&rows));

@@ -149,8 +149,8 @@ fn a_chosen_batch_keeps_the_measured_margin() {
     let p = plan(&c, 10);
     assert!(p.fits);
     assert!(p.max_batch_size < 64, "{}", p.max_batch_size);
-    let kept = fit_budget(planned, PoolLayout::Adaptive);
-    assert_eq!(kept, (planned as f64 * 0.951) as u64);
+    let kept = fit_budget(planned, PoolLayout::this_build());
+    assert!(kept.abs_diff((planned as f64 * 0.951) as u64) <= 1, "{kept} of {planned}");
     assert!(estimate(&c, p.max_batch_size, 10).total <= kept);
     assert!(estimate(&c, p.max_batch_size + 1, 10).total > kept);
     // The browser's layout, measured at most 0.5% under, keeps 99.5%.
@@ -245,11 +245,14 @@ fn the_plan_holds_on_the_random_grid() {
 #[test]
 fn the_exact_plan_holds_on_the_random_grid() {
     let cells = random_grid();
+    assert!(cells.iter().all(|c| c.dry_run > 0), "a cell without its dry run");
     let (within, median) = check_errors(&cells, |c| exact_peak(c.planned, c.dry_run), EXACT_ERROR_BAND);
     assert!(within >= 0.93, "{:.0}% within -5%..+10%", 100.0 * within);
     assert!(median < 4.0, "median |error| {median:.2}%");
     assert!((median - EXACT_ERROR_BAND.median_abs_percent).abs() < 0.05, "band says {EXACT_ERROR_BAND:?}");
     let dry_run_band = ErrorBand { low_percent: -5.0, high_percent: 40.0, ..EXACT_ERROR_BAND };
-    let (dry_within, _) = check_errors(&cells, |c| c.dry_run, dry_run_band);
-    assert!(dry_within < within, "the dry run alone: {:.0}% within", 100.0 * dry_within);
+    let (dry_within, dry_median) = check_errors(&cells, |c| c.dry_run, dry_run_band);
+    // docs/memory.md's row for the dry run alone: 90% within, median 1.3%.
+    assert!((dry_within - 43.0 / 48.0).abs() < 1e-9, "the dry run alone: {:.0}% within", 100.0 * dry_within);
+    assert!((dry_median - 1.3).abs() < 0.05, "the dry run alone: median {dry_median:.2}%");
 }

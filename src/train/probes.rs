@@ -232,11 +232,11 @@ pub fn measure_step_memory(
 /// What a training step reserves, measured without running it: [`dry_run_step_memory`].
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct DryRunMemory {
-    /// Bytes the device's pools reserved after the dry steps (pages are never handed back
-    /// within a step, so this is the steps' peak), outside-the-pools buffers included.
+    /// Bytes the device reserved after the dry steps (pages are never handed back within a
+    /// step, so this is the steps' peak), outside-the-pools buffers included.
     pub bytes_reserved: u64,
-    /// Seconds the dry run took, the trainer's creation and the first step's autotuning
-    /// included.
+    /// Seconds the dry run took, the trainer's creation, the kernels' compilation and (built
+    /// with the default features) the first step's autotuning included.
     pub secs: f64,
 }
 
@@ -247,19 +247,22 @@ pub struct DryRunMemory {
 /// pages lazily, without device memory behind them until something reads one. The pools take
 /// the step's own allocation stream and carve first-fit pages from it: on 48 random cells on
 /// lavapipe the dry run was -4.1%..+37.2% from the real steps' reserved peak, median 1.3%. It
-/// misses the launches' uniform buffers (0.1-1.1 MiB), and on 5 cells it held one page more
+/// was up to 4.7 MiB under on the largest cells (it misses the launches' uniform buffers,
+/// among other things), and on 5 cells it held one page more
 /// (without kernels, buffers are released at other moments; run to run, 2 cells differed by a
 /// page), so `plan --exact` takes the smaller of it and the plan
 /// ([`crate::memory::exact_peak`]). Only the parameters (made before the dry run) and the
 /// autotuner's candidates (which cubecl runs for real) take device memory. The values the steps
 /// compute are meaningless and the trainer is dropped.
 ///
-/// Run it in a process that trains nothing else on `device` (its lazy pages stay in the pools
-/// until a cleanup) and before the device holds anything else: `vramfit plan --exact` and
-/// `vramfit bench memory` do. On a CPU backend there are no pools and the result is 0 bytes.
+/// Run it in a process that trains nothing else on `device` (the pools' page size stays where
+/// the dry run left it): `vramfit plan --exact` runs it first in its process, `vramfit bench
+/// memory` after the real steps and a cleanup (the same figure on the cell compared, 83.1 MiB).
+/// The trainer's step takes its loss and gradient norm as 0 ([`Trainer`]'s `dry_run`). The
+/// lazy pages go back (a cleanup) before it returns, on every path.
 ///
 /// # Errors
-/// [`Error::Device`] when the device fails.
+/// [`Error::Device`] when the device fails or keeps no memory pools (a CPU backend).
 pub fn dry_run_step_memory(
     config: &Config,
     device: &SelectedDevice,
@@ -268,19 +271,25 @@ pub fn dry_run_step_memory(
 ) -> Result<DryRunMemory> {
     let start = Instant::now();
     let (mut trainer, batches) = bench_trainer(config, device, num_classes, 1 + steps);
-    let dry_run = burn::cubecl::dry_run::DryRun::new();
-    trainer.step_outside_the_pools(&batches, false, &mut |_e: Event| {})?;
+    trainer.dry_run = true;
     let plan = crate::memory::estimate(config, config.train.batch_size, num_classes);
-    crate::device::size_the_pools(&device.device, plan.largest_allocation);
-    for _ in 0..steps {
-        bench_step(&mut trainer, &batches, false)?;
-    }
-    let bytes_reserved = crate::memory::probe::sample(&device.device).map_or(0, |(_, reserved)| reserved);
-
+    let dry_run = burn::cubecl::dry_run::DryRun::new();
+    let mut run = || -> Result<u64> {
+        trainer.step_outside_the_pools(&batches, false, &mut |_e: Event| {})?;
+        crate::device::size_the_pools(&device.device, plan.largest_allocation);
+        for _ in 0..steps {
+            bench_step(&mut trainer, &batches, false)?;
+        }
+        crate::memory::probe::sample(&device.device)
+            .map(|(_, reserved)| reserved)
+            .ok_or_else(|| Error::Device(format!("{} reports no memory pools to measure", device.name)))
+    };
+    let bytes_reserved = run();
     drop(dry_run);
     drop(trainer);
+    // The lazy pages go back on every path, so the device is as it was.
     device.device.memory_cleanup();
-    Ok(DryRunMemory { bytes_reserved, secs: start.elapsed().as_secs_f64() })
+    Ok(DryRunMemory { bytes_reserved: bytes_reserved?, secs: start.elapsed().as_secs_f64() })
 }
 
 /// A trainer for `total_steps` steps of `config` on synthetic images, and its step's batches.

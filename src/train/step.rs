@@ -141,6 +141,10 @@ pub(crate) struct Trainer {
     pub(crate) exploding_steps: usize,
     /// Each class's loss weight `[C]` (`train.class_weights`); `None`: all 1.
     pub(crate) class_weights: Option<Vec<f32>>,
+    /// Whether the step runs under cubecl's dry run ([`super::probes::dry_run_step_memory`]),
+    /// where what it reads back is meaningless: the step then takes its loss and gradient norm
+    /// as 0, so it is applied, unclipped, like a healthy step, whatever the buffers held.
+    pub(crate) dry_run: bool,
 }
 
 /// A loss over this many times the chance-level loss `ln(classes)` (what an untrained network
@@ -201,6 +205,7 @@ impl Trainer {
             schedule,
             state,
             exploding_steps: 0,
+            dry_run: false,
             class_weights: None,
             tracker: MemoryTracker::default(),
             memory_cap: config.memory.cap_to_budget.then_some(config.memory.memory_budget_bytes),
@@ -308,8 +313,11 @@ impl Trainer {
                 return Err(e);
             }
         };
-        let (loss, accuracy) = (stats[0] / total as f32, stats[1] / total as f32);
-        let grad_norm = stats[2].sqrt() / scale;
+        let (mut loss, accuracy) = (stats[0] / total as f32, stats[1] / total as f32);
+        let mut grad_norm = stats[2].sqrt() / scale;
+        if self.dry_run {
+            (loss, grad_norm) = (0.0, 0.0);
+        }
         let finite = loss.is_finite() && grad_norm.is_finite();
         let applied = self.state.scaler.update(finite);
         if !finite {

@@ -51,7 +51,9 @@ impl ErrorSummary {
     }
 
     fn of_errors(rows: &[MemoryBenchRow], error: fn(&MemoryBenchRow) -> f64) -> Self {
-        let measured: Vec<&MemoryBenchRow> = rows.iter().filter(|r| r.skipped.is_none()).collect();
+        // A row without the measurement this error needs (skipped, or a dry run only) is left out.
+        let measured: Vec<&MemoryBenchRow> =
+            rows.iter().filter(|r| r.skipped.is_none() && error(r).is_finite()).collect();
         if measured.is_empty() {
             return Self { skipped: rows.len(), worst: "no cell measured".into(), ..Self::default() };
         }
