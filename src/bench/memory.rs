@@ -218,9 +218,11 @@ pub struct MemoryBenchRow {
     /// (parameters, AdamW state, f16 weight copies, input: exact sizes).
     pub measured_activation_bytes: u64,
     /// (predicted peak - measured reserved) / measured reserved, in percent: positive when the plan
-    /// is on the safe side.
+    /// is on the safe side. NaN (JSON `null`) when not measured.
+    #[serde(deserialize_with = "nan_if_null")]
     pub error_percent: f64,
     /// (predicted in use - measured in use) / measured in use at the end of forward, in percent.
+    #[serde(deserialize_with = "nan_if_null")]
     pub in_use_error_percent: f64,
     /// The pools' pages after the last step (before any cleanup), in the order allocations are
     /// routed through them: cubecl's small pool, then the adaptive pool of the current page size,
@@ -238,7 +240,7 @@ pub struct MemoryBenchRow {
     pub dry_run_reserved_bytes: u64,
     /// (dry-run reserved - measured reserved) / measured reserved, in percent; NaN when either
     /// was not measured.
-    #[serde(default = "not_measured")]
+    #[serde(default = "not_measured", deserialize_with = "nan_if_null")]
     pub dry_run_error_percent: f64,
     /// Seconds the dry run took.
     #[serde(default)]
@@ -252,6 +254,12 @@ pub struct MemoryBenchRow {
 
 fn not_measured() -> f64 {
     f64::NAN
+}
+
+/// serde_json writes a NaN as `null`: read it back as NaN, so a row of a cell that was not
+/// measured (skipped, or a dry run only) survives the trip from the child process.
+fn nan_if_null<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<f64, D::Error> {
+    Ok(Option::<f64>::deserialize(deserializer)?.unwrap_or(f64::NAN))
 }
 
 /// One pool's pages as the device reports them (`Device::memory_pool_report`).
@@ -528,6 +536,24 @@ fn on_off(b: bool) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A row the child process prints for a cell it ran only under the dry run (its measured
+    /// errors NaN, written `null`) reads back in the parent, and the summaries leave it out.
+    #[test]
+    fn an_unmeasured_row_survives_the_json_trip_and_is_left_out_of_the_summaries() {
+        let base = crate::config::presets::load_config("quickstart").unwrap();
+        let mut row = MemoryBenchRow::planned("quickstart", &base, &MemoryCell::new(4, 64, Precision::F32, false));
+        row.dry_run_reserved_bytes = 30 << 20;
+        let json = serde_json::to_string(&row).unwrap();
+        assert!(json.contains("\"error_percent\":null") && json.contains("\"dry_run_error_percent\":null"), "{json}");
+        let back: MemoryBenchRow = serde_json::from_str(&json).unwrap();
+        assert!(back.error_percent.is_nan() && back.dry_run_error_percent.is_nan());
+        assert_eq!((back.dry_run_reserved_bytes, back.exact_bytes()), (30 << 20, row.predicted_bytes.min(30 << 20)));
+        let rows = [back];
+        for summary in [ErrorSummary::of(&rows), ErrorSummary::of_dry_run(&rows), ErrorSummary::of_exact(&rows)] {
+            assert_eq!((summary.measured, summary.skipped), (0, 1), "{summary:?}");
+        }
+    }
 
     #[test]
     fn cells_round_trip_through_their_argument_and_bad_ones_name_the_part() {

@@ -45,8 +45,10 @@ impl ErrorSummary {
     /// the dry run, [`MemoryBenchRow::exact_bytes`]) on the measured rows of `rows`.
     pub fn of_exact(rows: &[MemoryBenchRow]) -> Self {
         Self::of_errors(rows, |r| {
-            (r.exact_bytes() as f64 - r.measured_reserved_bytes as f64) / r.measured_reserved_bytes.max(1) as f64
-                * 100.0
+            if r.measured_reserved_bytes == 0 || r.dry_run_reserved_bytes == 0 {
+                return f64::NAN;
+            }
+            (r.exact_bytes() as f64 - r.measured_reserved_bytes as f64) / r.measured_reserved_bytes as f64 * 100.0
         })
     }
 
