@@ -391,8 +391,13 @@ pub fn plan(config: &Config, num_classes: usize) -> Plan {
 /// `layout` ([`PoolLayout::error_band`]'s low end: 4.9% on the adaptive pools), so a batch chosen
 /// to fit still fits where the plan was furthest under the measured reserved peak.
 pub fn fit_budget(budget: u64, layout: PoolLayout) -> u64 {
-    let low = layout.error_band().low_percent.min(0.0);
-    (budget as f64 * (1.0 + low / 100.0)) as u64
+    (budget as f64 * (1.0 - fit_margin_percent(layout) / 100.0)) as u64
+}
+
+/// The margin [`fit_budget`] keeps under `layout`, in percent of the budget: the plan's largest
+/// measured shortfall ([`PoolLayout::error_band`]'s low end, 0 where the plan was never under).
+pub fn fit_margin_percent(layout: PoolLayout) -> f64 {
+    -layout.error_band().low_percent.min(0.0)
 }
 
 /// The largest batch in 1..=65536 for which `fits` holds (0 if none); `fits` must be monotonic

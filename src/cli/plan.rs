@@ -86,8 +86,8 @@ pub fn plan_report(config: &Config, p: &memory::Plan) -> String {
         s.push_str("not even batch 1 fits: lower crop_size or turn on f16/checkpointing\n");
     } else {
         s.push_str(&format!(
-            "largest batch that fits without accumulation, keeping {}: {}\n",
-            fit_margin_words(),
+            "largest batch that fits without accumulation, keeping the plan's {:.1}% measured shortfall: {}\n",
+            memory::fit_margin_percent(memory::PoolLayout::this_build()),
             p.max_batch_size
         ));
         if !p.fits {
@@ -99,12 +99,6 @@ pub fn plan_report(config: &Config, p: &memory::Plan) -> String {
         }
     }
     s
-}
-
-/// The margin a chosen batch keeps (`memory::fit_budget`): "the plan's 4.9% measured shortfall".
-fn fit_margin_words() -> String {
-    let low = memory::PoolLayout::this_build().error_band().low_percent.min(0.0);
-    format!("the plan's {:.1}% measured shortfall", -low)
 }
 
 pub fn plan(args: PlanArgs) -> anyhow::Result<ExitCode> {
