@@ -79,7 +79,7 @@ impl Run<'_> {
             if stats.images == 0 {
                 continue;
             }
-            self.steps_run += 1;
+            self.steps_applied += usize::from(stats.applied);
             totals.stepped_images += stats.images;
             let secs = step_start.elapsed().as_secs_f64();
             self.record_step(&stats, (secs, step_wait_secs), sample_now, &mut totals, sink)?;
@@ -112,16 +112,20 @@ impl Run<'_> {
     /// memory sample is held against the budget, and a run folder gets its periodic checkpoint
     /// (not on the epoch's last step, whose epoch-end checkpoint follows).
     fn after_step(&mut self, stats: &StepStats, sampled: bool, last_of_epoch: bool, sink: EventSink) -> Result<()> {
-        if std::mem::take(&mut self.new_shape) && self.device.is_gpu() {
+        if self.new_shape && self.device.is_gpu() {
             // The first step at a new shape (the run's first, or the first after a halving)
             // autotunes its kernels with buffers of its own: their pages go back and the
             // step's readings are dropped, so the run holds, and is measured against the
-            // budget at, the plan's steady state.
-            let (micro_batch, _) = self.micro_batch();
-            let classes = self.trainer.state.class_names.len();
-            let plan = crate::memory::estimate(&self.config, micro_batch, classes);
-            crate::device::size_the_pools(&self.trainer.device, plan.largest_allocation);
+            // budget at, the plan's steady state. A step the f16 loss scaler skipped made no
+            // AdamW moments yet: the pools are sized after the first applied one.
             self.trainer.tracker = MemoryTracker::default();
+            if stats.applied {
+                self.new_shape = false;
+                let (micro_batch, _) = self.micro_batch();
+                let classes = self.trainer.state.class_names.len();
+                let plan = crate::memory::estimate(&self.config, micro_batch, classes);
+                crate::device::size_the_pools(&self.trainer.device, plan.largest_allocation);
+            }
         }
         if sampled && !self.config.memory.cap_to_budget {
             // Under a cap the next step's own check fails it instead, as the card would.
@@ -141,12 +145,13 @@ impl Run<'_> {
             self.trainer.memory_cap = Some(self.budget());
         }
         loop {
-            // The run's first step, and its retries at half, run outside the pools natively (see
-            // `Trainer::step_outside_the_pools`; a page cannot wait synchronously and has no
-            // autotuner); once a step has trained, a halving's retry stays in them: its buffers
-            // would come on top of the pool pages the live tensors of the earlier steps hold,
-            // over the cap that halved it.
-            let step = if self.steps_run == 0 && self.device.is_gpu() && !cfg!(target_arch = "wasm32") {
+            // The run's steps until one is applied (the f16 loss scaler skips some at first,
+            // and a skipped step makes no AdamW moments), and their retries at half, run
+            // outside the pools natively (see `Trainer::step_outside_the_pools`; a page cannot
+            // wait synchronously and has no autotuner); once a step has trained, a halving's
+            // retry stays in them: its buffers would come on top of the pool pages the live
+            // tensors of the earlier steps hold, over the cap that halved it.
+            let step = if self.steps_applied == 0 && self.device.is_gpu() && !cfg!(target_arch = "wasm32") {
                 self.trainer.step_outside_the_pools(pending, sample_now, sink)
             } else {
                 self.trainer.step_async(pending, sample_now, sink).await

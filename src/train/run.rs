@@ -50,9 +50,9 @@ pub(super) struct Run<'a> {
     pub(super) trainer: Trainer,
     pub(super) summary: TrainSummary,
     pub(super) images_trained: usize,
-    /// Steps this invocation ran on at least one image (applied or skipped by the loss scaler):
-    /// the first runs outside the pools.
-    pub(super) steps_run: usize,
+    /// Steps this invocation applied (not skipped by the f16 loss scaler): until one is, each
+    /// step runs outside the pools.
+    pub(super) steps_applied: usize,
     /// The next finished step is the first at its micro-batch shape (the run's first step, or
     /// the first after a halving): its autotune pages are handed back after it.
     pub(super) new_shape: bool,
@@ -121,7 +121,7 @@ impl<'a> Run<'a> {
             trainer,
             summary,
             images_trained: 0,
-            steps_run: 0,
+            steps_applied: 0,
             new_shape: true,
             train_secs: 0.0,
             saved_at: None,
