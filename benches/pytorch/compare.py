@@ -1,7 +1,10 @@
 """Runs vramfit's `bench train` and the PyTorch reference on the same configs, same machine,
-same run, and prints images/s of both and the ratio vramfit / PyTorch per row.
+same run, and prints images/s of both and the ratio of vramfit to the fastest PyTorch form per
+row: eager NCHW, eager channels_last (`--forms`; add `compile` for torch.compile, which is
+reported but may be slower on a CPU), one process after another, `--rounds` rounds interleaved,
+then each config's range over the rounds.
 
-    cargo build --release && python benches/pytorch/compare.py [--configs quickstart,8gb] [--backend flex]
+    cargo build --release && python benches/pytorch/compare.py [--configs quickstart,12gb] [--backend flex] [--rounds 3]
     (on a GPU machine: benches/gpu/run.sh)
 
 The parameter counts of the two networks are compared first; a mismatch aborts.
@@ -20,17 +23,30 @@ ap = argparse.ArgumentParser()
 ap.add_argument("--configs", default="quickstart")
 ap.add_argument("--backend", default="flex", help="vramfit backend: gpu, flex or ndarray")
 ap.add_argument("--steps", type=int, default=10)
+ap.add_argument("--rounds", type=int, default=1)
+ap.add_argument("--forms", default="eager,channels_last", help=f"PyTorch forms, comma-separated: {','.join(reference.FORMS)}")
 ap.add_argument("--vramfit", default="target/release/vramfit")
 ap.add_argument("--device", default="cpu", help="PyTorch device: cpu or cuda")
 a = ap.parse_args()
+forms = a.forms.split(",")
 
 
 def mib(n):
     return "-" if n is None else f"{n / 2**20:.0f} MiB"
 
 
-print("| config | batch | px | params | vramfit backend | PyTorch | train img/s vramfit / PyTorch | ratio | infer img/s vramfit / PyTorch | ratio | peak: vramfit measured / plan / PyTorch max_memory_allocated |")
-print("|---|---|---|---|---|---|---|---|---|---|---|", flush=True)
+def vramfit_row(path):
+    with tempfile.NamedTemporaryFile(suffix=".json") as f:
+        subprocess.run([a.vramfit, "bench", "train", "--config", path, "--backends", a.backend, "--steps", str(a.steps), "--json", f.name],
+                       check=True, capture_output=True)
+        measured = json.load(open(f.name))
+    if not measured:
+        sys.exit(f"{path}: vramfit measured no row on backend {a.backend} (see `vramfit devices`)")
+    if measured[0].get("error"):
+        sys.exit(f"{path}: vramfit's row failed: {measured[0]['error']}")
+    return measured[0]
+
+
 for name in a.configs.split(","):
     path = f"configs/{name}.toml"
     info = subprocess.run([a.vramfit, "info", "--config", path], capture_output=True, text=True, check=True).stdout
@@ -39,20 +55,32 @@ for name in a.configs.split(","):
     n = sum(p.numel() for p in theirs.parameters())
     if n != ours:
         sys.exit(f"{name}: parameter counts differ: vramfit {ours}, pytorch {n}")
-    with tempfile.NamedTemporaryFile(suffix=".json") as f:
-        subprocess.run([a.vramfit, "bench", "train", "--config", path, "--backends", a.backend, "--steps", str(a.steps), "--json", f.name],
-                       check=True, capture_output=True)
-        measured = json.load(open(f.name))
-        if not measured:
-            sys.exit(f"{name}: vramfit measured no row on backend {a.backend} (see `vramfit devices`)")
-        v = measured[0]
-        if v.get("error"):
-            sys.exit(f"{name}: vramfit's row failed: {v['error']}")
-    p = reference.bench(path, a.steps, 2, 10, a.device)
-    plan = subprocess.run([a.vramfit, "plan", "--config", path], capture_output=True, text=True).stdout
-    predicted = re.search(r"predicted peak[^0-9]*([0-9.]+ [KMG]iB)", plan)
-    predicted = predicted.group(1) if predicted else "?"
-    vt, pt, vi, pi = v["train_images_per_sec"], p["train_images_per_sec"], v["infer_images_per_sec"], p["infer_images_per_sec"]
-    # Each row as soon as it is measured: a run cut short by a timeout keeps what it finished.
-    print(f"| {name} | {v['batch_size']} | {v['image_px']} | {n} | {v['backend']} | {p['framework']} | {vt:.1f} / {pt:.1f} | {vt / pt:.2f} "
-          f"| {vi:.1f} / {pi:.1f} | {vi / pi:.2f} | {mib(v['peak_bytes_in_use'])} / {predicted} / {mib(p['max_memory_allocated'])} |", flush=True)
+
+form_cols = " | ".join(f"PyTorch {f}" for f in forms)
+print(f"| config | round | batch x px | vramfit backend | train img/s: vramfit | {form_cols} | ratio to the fastest "
+      f"| infer img/s: vramfit | {form_cols} | ratio to the fastest | peak: vramfit measured / plan / PyTorch max_memory_allocated |")
+print("|---" * (9 + 2 * len(forms)) + "|", flush=True)
+ratios = {}
+for r in range(a.rounds):
+    for name in a.configs.split(","):
+        path = f"configs/{name}.toml"
+        v = vramfit_row(path)
+        p = {form: reference.bench(path, a.steps, 2, 10, a.device, form) for form in forms}
+        plan = subprocess.run([a.vramfit, "plan", "--config", path], capture_output=True, text=True).stdout
+        predicted = re.search(r"predicted peak[^0-9]*([0-9.]+ [KMG]iB)", plan)
+        predicted = predicted.group(1) if predicted else "?"
+        vt, vi = v["train_images_per_sec"], v["infer_images_per_sec"]
+        bt = max(x["train_images_per_sec"] for x in p.values())
+        bi = max(x["infer_images_per_sec"] for x in p.values())
+        ratios.setdefault(name, []).append((vt / bt, vi / bi))
+        pts = " | ".join(f"{x['train_images_per_sec']:.1f}" for x in p.values())
+        pis = " | ".join(f"{x['infer_images_per_sec']:.1f}" for x in p.values())
+        peak = max((x["max_memory_allocated"] or 0) for x in p.values()) or None
+        # Each row as soon as it is measured: a run cut short by a timeout keeps what it finished.
+        print(f"| {name} | {r + 1} | {v['batch_size']} x {v['image_px']} | {v['backend']} | {vt:.1f} | {pts} | {vt / bt:.2f} "
+              f"| {vi:.1f} | {pis} | {vi / bi:.2f} | {mib(v['peak_bytes_in_use'])} / {predicted} / {mib(peak)} |", flush=True)
+print(f"\n{p[forms[0]]['framework'].split(' (')[0].rsplit(' ', 1)[0]}, {a.rounds} round(s); ratio = vramfit / the fastest of {', '.join(forms)}")
+for name, rs in ratios.items():
+    t = [x[0] for x in rs]
+    i = [x[1] for x in rs]
+    print(f"{name}: training {min(t):.2f}-{max(t):.2f}, inference {min(i):.2f}-{max(i):.2f}")

@@ -5,7 +5,7 @@ config (`configs/*.toml`), checks that its parameter count equals `vramfit info`
 training images/s (AdamW, label smoothing, global-norm clipping, AMP when the config says f16 and
 CUDA is present) and, on CUDA, `torch.cuda.max_memory_allocated`.
 
-    python benches/pytorch/reference.py --config configs/quickstart.toml --steps 20
+    python benches/pytorch/reference.py --config configs/quickstart.toml --steps 20 [--form channels_last]
     python benches/pytorch/compare.py            # both frameworks, ratio per row
 """
 import argparse
@@ -76,7 +76,15 @@ class Classifier(nn.Module):
         return self.head(self.blocks(self.stem(x)).mean((2, 3)))
 
 
-def bench(config_path, steps, warmup, classes, device):
+FORMS = ("eager", "channels_last", "compile")
+
+
+def bench(config_path, steps, warmup, classes, device, form="eager"):
+    """Training and inference images/s of the config's network in one of `FORMS`: eager NCHW,
+    eager channels_last (model and input in `torch.channels_last`, as a performance-minded
+    user runs a convnet) or `torch.compile` (inductor, NCHW)."""
+    if form not in FORMS:
+        raise ValueError(f"form {form!r}: one of {FORMS}")
     cfg = tomllib.load(open(config_path, "rb"))
     model = Classifier(cfg["model"], classes).to(device)
     t = cfg["train"]
@@ -85,13 +93,17 @@ def bench(config_path, steps, warmup, classes, device):
     amp = t["precision"] == "f16" and device == "cuda"
     scaler = torch.amp.GradScaler(enabled=amp)
     x = torch.randn(b, 3, px, px, device=device)
+    if form == "channels_last":
+        model = model.to(memory_format=torch.channels_last)
+        x = x.contiguous(memory_format=torch.channels_last)
+    forward = torch.compile(model) if form == "compile" else model
     y = torch.arange(b, device=device) % classes
     if device == "cuda":
         torch.cuda.reset_peak_memory_stats()
 
     def step():
         with torch.autocast(device_type=device, dtype=torch.float16, enabled=amp):
-            loss = F.cross_entropy(model(x), y, label_smoothing=t["label_smoothing"])
+            loss = F.cross_entropy(forward(x), y, label_smoothing=t["label_smoothing"])
         scaler.scale(loss).backward()
         scaler.unscale_(opt)
         if t["grad_clip_norm"] > 0:
@@ -114,14 +126,15 @@ def bench(config_path, steps, warmup, classes, device):
     model.eval()
     with torch.no_grad(), torch.autocast(device_type=device, dtype=torch.float16, enabled=amp):
         for _ in range(warmup):
-            model(x).float().sum().item()
+            forward(x).float().sum().item()
         start = time.perf_counter()
         for _ in range(steps):
-            model(x).float().sum().item()
+            forward(x).float().sum().item()
         infer_secs = time.perf_counter() - start
     return {
         "config": cfg.get("name", config_path),
-        "framework": f"pytorch {torch.__version__} ({device}, {torch.get_num_threads()} threads)",
+        "framework": f"pytorch {torch.__version__} {form} ({device}, {torch.get_num_threads()} threads)",
+        "form": form,
         "batch_size": b,
         "image_px": px,
         "params": sum(p.numel() for p in model.parameters()),
@@ -138,5 +151,6 @@ if __name__ == "__main__":
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--classes", type=int, default=10)
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    ap.add_argument("--form", default="eager", choices=FORMS)
     a = ap.parse_args()
-    print(json.dumps(bench(a.config, a.steps, a.warmup, a.classes, a.device)))
+    print(json.dumps(bench(a.config, a.steps, a.warmup, a.classes, a.device, a.form)))

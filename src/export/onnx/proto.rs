@@ -103,6 +103,9 @@ pub struct AttributeProto {
     /// [`AttributeType`].
     #[prost(int32, tag = "20")]
     pub r#type: i32,
+    /// Value of a FLOAT attribute.
+    #[prost(float, optional, tag = "2")]
+    pub f: Option<f32>,
     /// Value of an INT attribute.
     #[prost(int64, optional, tag = "3")]
     pub i: Option<i64>,
@@ -114,6 +117,8 @@ pub struct AttributeProto {
 /// `onnx.AttributeProto.AttributeType` (the kinds used).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum AttributeType {
+    /// One float32.
+    Float = 1,
     /// One int64.
     Int = 2,
     /// Repeated int64.
