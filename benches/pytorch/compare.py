@@ -25,6 +25,7 @@ ap.add_argument("--backend", default="flex", help="vramfit backend: gpu, flex or
 ap.add_argument("--steps", type=int, default=10)
 ap.add_argument("--rounds", type=int, default=1)
 ap.add_argument("--forms", default="eager,channels_last", help=f"PyTorch forms, comma-separated: {','.join(reference.FORMS)}")
+ap.add_argument("--batch", type=int, default=0, help="train.batch_size for both (default: the config's)")
 ap.add_argument("--vramfit", default="target/release/vramfit")
 ap.add_argument("--device", default="cpu", help="PyTorch device: cpu or cuda")
 a = ap.parse_args()
@@ -47,8 +48,18 @@ def vramfit_row(path):
     return measured[0]
 
 
+configs = {}
+scratch = tempfile.TemporaryDirectory()
 for name in a.configs.split(","):
     path = f"configs/{name}.toml"
+    if a.batch:
+        # The same config with its batch size replaced, for both frameworks.
+        text, n = re.subn(r"(?m)^batch_size\s*=\s*\d+", f"batch_size = {a.batch}", open(path).read())
+        if n != 1:
+            sys.exit(f"{path}: no single batch_size line to replace")
+        path = f"{scratch.name}/{name}.toml"
+        open(path, "w").write(text)
+    configs[name] = path
     info = subprocess.run([a.vramfit, "info", "--config", path], capture_output=True, text=True, check=True).stdout
     ours = int(re.search(r"parameters: (\d+)", info).group(1))
     theirs = reference.Classifier(reference.tomllib.load(open(path, "rb"))["model"], 10)
@@ -62,8 +73,7 @@ print(f"| config | round | batch x px | vramfit backend | train img/s: vramfit |
 print("|---" * (9 + 2 * len(forms)) + "|", flush=True)
 ratios = {}
 for r in range(a.rounds):
-    for name in a.configs.split(","):
-        path = f"configs/{name}.toml"
+    for name, path in configs.items():
         v = vramfit_row(path)
         p = {form: reference.bench(path, a.steps, 2, 10, a.device, form) for form in forms}
         plan = subprocess.run([a.vramfit, "plan", "--config", path], capture_output=True, text=True).stdout

@@ -9,7 +9,7 @@ For each config: `vramfit train --max-steps 1 --device cpu` makes a run (the bun
 opset 17, as the issue measured it: GroupNorm as Reshape + InstanceNormalization + Reshape +
 affine) writes the peer file. Both files get the same random normalized batch; their logits
 must agree within 1e-4 before anything is timed. Then `--rounds` rounds alternate the two
-sessions (`--repeats` runs each), and the script prints images/s per round and the ratio
+sessions (each timed over `--repeats` runs and at least `--seconds`), and the script prints images/s per round and the ratio
 vramfit / PyTorch export per round, and its range.
 
 Needs torch, onnx and onnxruntime (tests/onnx/requirements.txt has the versions the tests use).
@@ -35,7 +35,8 @@ ap.add_argument("--configs", default="quickstart,12gb")
 ap.add_argument("--vramfit", default="target/release/vramfit")
 ap.add_argument("--batch", type=int, default=32, help="images per session run")
 ap.add_argument("--rounds", type=int, default=3)
-ap.add_argument("--repeats", type=int, default=10, help="session runs per round and file")
+ap.add_argument("--repeats", type=int, default=5, help="at least this many session runs per round and file")
+ap.add_argument("--seconds", type=float, default=3.0, help="and at least this long")
 ap.add_argument("--threads", type=int, default=2, help="ONNX Runtime intra-op threads")
 ap.add_argument("--keep", help="folder to keep both .onnx files in (default: a temporary one)")
 a = ap.parse_args()
@@ -49,11 +50,13 @@ def session(path):
 
 
 def images_per_sec(sess, feed, n):
-    sess.run(None, feed)  # warm
-    start = time.perf_counter()
-    for _ in range(a.repeats):
+    for _ in range(2):  # warm: ONNX Runtime's arena and thread pool
         sess.run(None, feed)
-    return n * a.repeats / (time.perf_counter() - start)
+    runs, start = 0, time.perf_counter()
+    while runs < a.repeats or time.perf_counter() - start < a.seconds:
+        sess.run(None, feed)
+        runs += 1
+    return n * runs / (time.perf_counter() - start)
 
 
 print(f"onnxruntime {ort.__version__}, torch {torch.__version__}, onnx {onnx.__version__}, {a.threads} threads")

@@ -10,7 +10,8 @@
 //!   GroupNorm as PyTorch's exporter writes it (not the GroupNormalization op, whose scale/bias
 //!   changed in opset 21):
 //!     Reshape [N, G, -1] -> InstanceNormalization (scale 1, bias 0 per group, epsilon)
-//!     -> Reshape to Shape(x) -> Mul gamma[C, 1, 1] -> Add beta[C, 1, 1]
+//!     -> Reshape to Shape(x) -> BatchNormalization (scale gamma[C], bias beta[C], mean 0,
+//!        variance 1, epsilon 0: the per-channel affine in one op)
 //!   GELU, exact: x * (Erf(x / sqrt 2) + 1) * 0.5     (or Relu; ONNX Runtime fuses it)
 //!   Add for residual blocks
 //!   GlobalAveragePool -> Flatten -> Gemm (weight [in, out], as burn stores it)
@@ -283,11 +284,12 @@ impl GraphBuilder {
     }
 
     /// GroupNorm as burn-nn computes it: per sample and group, `(x - mean) / sqrt(var + eps)`
-    /// with the biased variance, then `* gamma + beta` per channel. Written as PyTorch's
-    /// exporter writes it (`torch.onnx.export`, opset 17): the groups as the channels of an
-    /// InstanceNormalization (unit scale, zero bias), which ONNX Runtime runs as one kernel;
-    /// the decomposed form (ReduceMean, Sub, Mul, ReduceMean, Add, Sqrt, Div) made seven
-    /// passes, and the whole file ran 25% slower than PyTorch's export (issue 52).
+    /// with the biased variance, then `* gamma + beta` per channel. The normalization is
+    /// written as PyTorch's exporter writes it (`torch.onnx.export`, opset 17): the groups as
+    /// the channels of an InstanceNormalization (unit scale, zero bias), which ONNX Runtime runs
+    /// as one kernel; the decomposed form (ReduceMean, Sub, Mul, ReduceMean, Add, Sqrt, Div)
+    /// made seven passes, and the whole file ran 25% slower than PyTorch's export (issue 52).
+    /// The affine is one BatchNormalization where PyTorch writes a Mul and an Add.
     fn group_norm(&mut self, x: &str, layer: &ConvNormAct, name: &str) -> Result<String> {
         let norm = &layer.norm;
         let groups = norm.num_groups as i64;
@@ -301,14 +303,20 @@ impl GraphBuilder {
         let mut y = self.node("Reshape", &[&z, &shape], vec![]); // [N, C, H, W]
         let c = norm.num_channels as i64;
         if let (Some(gamma), Some(beta)) = (&norm.gamma, &norm.beta) {
+            // `* gamma + beta` per channel as one BatchNormalization with mean 0, variance 1
+            // and epsilon 0: `(y - 0) / sqrt(1 + 0) * gamma + beta`, the same values (ONNX
+            // Runtime computes `y * gamma + beta`: 0.0 difference from a Mul and an Add on both
+            // presets) in one pass over the tensor instead of two.
             let (_, g) = tensor_values(&gamma.val())?;
             let (_, b) = tensor_values(&beta.val())?;
             let gamma_name = format!("{name}.norm.gamma");
             let beta_name = format!("{name}.norm.beta");
-            self.initializers.push(float_tensor(&gamma_name, &[c, 1, 1], &g));
-            self.initializers.push(float_tensor(&beta_name, &[c, 1, 1], &b));
-            y = self.node("Mul", &[&y, &gamma_name], vec![]);
-            y = self.node("Add", &[&y, &beta_name], vec![]);
+            self.initializers.push(float_tensor(&gamma_name, &[c], &g));
+            self.initializers.push(float_tensor(&beta_name, &[c], &b));
+            let zeros = self.constant(&format!("zeros{c}"), &[c], &vec![0.0; norm.num_channels]);
+            let ones = self.constant(&format!("ones{c}"), &[c], &vec![1.0; norm.num_channels]);
+            let inputs = [y.as_str(), &gamma_name, &beta_name, &zeros, &ones];
+            y = self.node("BatchNormalization", &inputs, vec![attr_float("epsilon", 0.0)]);
         }
         Ok(y)
     }
@@ -406,6 +414,7 @@ mod tests {
         assert_eq!(weights, burn::module::Module::num_params(&model));
         let count = |op: &str| graph.node.iter().filter(|n| n.op_type == op).count();
         let layers = 1 + 2 * model.blocks.len();
+        let residuals = model.blocks.iter().filter(|b| b.residual()).count();
         assert_eq!(count("Conv"), layers);
         // Each GroupNorm is one InstanceNormalization over the groups, as PyTorch exports it
         // (ONNX Runtime runs it as one kernel), and each GELU ends in the Mul by 0.5 that ONNX
@@ -420,6 +429,18 @@ mod tests {
         }
         let norm = graph.node.iter().find(|n| n.op_type == "InstanceNormalization").unwrap();
         assert_eq!(norm.attribute[0].f, Some(model.stem.norm.epsilon as f32));
+        // The affine: one BatchNormalization per layer with mean 0, variance 1 and epsilon 0;
+        // the Muls and Adds left are GELU's (two and one) and the residuals'.
+        assert_eq!((count("BatchNormalization"), count("Mul"), count("Add")), (layers, 2 * layers, layers + residuals));
+        let affine = graph.node.iter().find(|n| n.op_type == "BatchNormalization").unwrap();
+        assert_eq!(affine.attribute[0].f, Some(0.0));
+        let values = |name: &str| {
+            let t = graph.initializer.iter().find(|t| t.name == name).unwrap();
+            t.raw_data.chunks(4).map(|b| f32::from_le_bytes(b.try_into().unwrap())).collect::<Vec<f32>>()
+        };
+        let channels = model.stem.norm.num_channels;
+        assert_eq!(values(&affine.input[1]).len(), channels);
+        assert_eq!((values(&affine.input[3]), values(&affine.input[4])), (vec![0.0; channels], vec![1.0; channels]));
         let props: HashMap<_, _> = decoded.metadata_props.iter().map(|p| (p.key.as_str(), p.value.as_str())).collect();
         assert_eq!(props["class_names"], r#"["c0","c1","c2"]"#);
         assert_eq!(props["image_size"], meta.image_size.to_string());
