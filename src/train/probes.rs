@@ -341,3 +341,30 @@ pub fn synthetic_batch(config: &Config, num_classes: usize) -> Batch {
         ..Default::default()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::device::{CpuBackend, DeviceChoice};
+
+    /// Steps the loss scaler skips are repeated until one is applied, so a measurement's steps
+    /// come after the AdamW moments exist: a scale of 2^100 overflows the gradients (f16 and f32
+    /// alike) until the scaler has halved it enough, and then exactly one step is applied.
+    #[test]
+    fn the_first_step_is_repeated_until_one_is_applied() {
+        let mut config = crate::config::presets::load_config("quickstart").unwrap();
+        config.train.batch_size = 4;
+        config.train.precision = crate::config::Precision::F16;
+        config.train.max_skipped_steps = 200;
+        let device = crate::device::select(DeviceChoice::Cpu(CpuBackend::Flex)).unwrap();
+        let (mut trainer, batches) = bench_trainer(&config, &device, 10, 1);
+        let start = 2f32.powi(100);
+        trainer.state.scaler.scale = start;
+        first_applied_step(&mut trainer, &batches).unwrap();
+        assert_eq!(trainer.state.global_step, 1);
+        let halvings = (start / trainer.state.scaler.scale).log2();
+        assert!(halvings >= 1.0, "no step was skipped (scale {})", trainer.state.scaler.scale);
+        assert_eq!(trainer.state.scaler.skipped_in_a_row, 0);
+        assert_eq!(trainer.state.scaler.good_steps, 1);
+    }
+}

@@ -569,7 +569,16 @@ fn a_resume_after_files_were_added_and_deleted_keeps_every_validation_file_and_n
     // eval of the run evaluates its own validation images, not a fresh split of the folder.
     let csv = dir.path().join("confusion.csv");
     let args = ["eval", "--device", "cpu", "--model"].map(std::ffi::OsStr::new);
-    let tail = [run.as_os_str(), "--data".as_ref(), data.as_os_str(), "--csv".as_ref(), csv.as_os_str()];
+    let issues = dir.path().join("label_issues.csv");
+    let tail = [
+        run.as_os_str(),
+        "--data".as_ref(),
+        data.as_os_str(),
+        "--csv".as_ref(),
+        csv.as_os_str(),
+        "--label-issues".as_ref(),
+        issues.as_os_str(),
+    ];
     let (ok, log) = vramfit_cli(&[&args[..], &tail].concat());
     assert!(ok && log.contains("the run's own split"), "{log}");
     assert!(log.contains(&format!("{} images on CPU", val_after.len())), "{log}");
@@ -610,10 +619,9 @@ fn c41_a_thousand_classes_print_a_summary_and_write_the_full_matrix_to_a_file() 
     assert!(ok, "{log}");
     let csv = dir.path().join("confusion.csv");
     let args = ["eval", "--device", "cpu", "--model"].map(std::ffi::OsStr::new);
-    let (ok, log) = vramfit_cli(
-        &[&args[..], &[run.as_os_str(), "--data".as_ref(), data.as_os_str(), "--csv".as_ref(), csv.as_os_str()]]
-            .concat(),
-    );
+    let issues = dir.path().join("label_issues.csv");
+    let tail = [run.as_os_str(), "--data".as_ref(), data.as_os_str(), "--csv".as_ref(), csv.as_os_str()];
+    let (ok, log) = vramfit_cli(&[&args[..], &tail, &["--label-issues".as_ref(), issues.as_os_str()]].concat());
     assert!(ok && log.contains("the 10 least accurate of 1000 classes"), "{log}");
     assert!(log.contains("the 10 largest confusions") && log.lines().count() < 40 && log.len() < 5000, "{log}");
     let matrix = std::fs::read_to_string(&csv).unwrap();
