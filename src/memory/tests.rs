@@ -224,35 +224,35 @@ fn check_errors(cells: &[RecordedCell], predicted: impl Fn(&RecordedCell) -> u64
 }
 
 /// The plan against every cell of the recorded random grid, on the terms issue 49 set: no cell
-/// more than 5% under; at least 80% within -5%..+10% and a median absolute error under 4.5%
-/// (the issue's bar is 95% and 4%: not met by the plan alone, see below); and the error band
+/// more than 5% under; at least 85% within -5%..+10% and a median absolute error under 4%
+/// (the issue's bar is 95% and 4%: the share is not met by the plan alone, see below); and the error band
 /// `plan` prints ([`PoolLayout::error_band`]) holds every cell.
 #[test]
 fn the_plan_holds_on_the_random_grid() {
     let (within, median) = check_errors(&random_grid(), |c| c.planned, PoolLayout::Adaptive.error_band());
-    // Issue 49 asks for 95% within and a median under 4%; the plan's page slack reaches 81%
-    // and 4.1% (one page is 15-35% of the small cells: see "The slack" in `pools.rs`).
-    assert!(within >= 0.80, "{:.0}% within -5%..+10%", 100.0 * within);
-    assert!(median < 4.5, "median |error| {median:.1}%");
+    // Issue 49 asks for 95% within and a median under 4%; the plan's page slack reaches 88%
+    // and 3.7% (one page is 15-22% of the small cells: see "The slack" in `pools.rs`).
+    assert!(within >= 0.85, "{:.0}% within -5%..+10%", 100.0 * within);
+    assert!(median < 4.0, "median |error| {median:.1}%");
+    assert!((median - PoolLayout::Adaptive.error_band().median_abs_percent).abs() < 0.05, "median {median:.2}%");
 }
 
 /// `plan --exact`, the smaller of the plan and the recorded dry run ([`exact_peak`]): never more
 /// than 5% under the measured reserved peak, a median |error| under 4% (issue 49's bar), inside
-/// [`EXACT_ERROR_BAND`], and at least 93% of the cells within -5%..+10%: 94% with the recorded
-/// dry runs (45 of 48), 96% with a second pass of them, where two cells carved a page less or
-/// more; issue 49's 95% is on that edge. The dry run alone is never 5% under either, but a page
-/// over on 5 cells (90% within).
+/// [`EXACT_ERROR_BAND`], and at least 95% of the cells within -5%..+10% (issue 49's bar): 98%
+/// with the recorded dry runs (47 of 48). The dry run alone is never 5% under either, but a
+/// page over on 3 cells (94% within).
 #[test]
 fn the_exact_plan_holds_on_the_random_grid() {
     let cells = random_grid();
     assert!(cells.iter().all(|c| c.dry_run > 0), "a cell without its dry run");
     let (within, median) = check_errors(&cells, |c| exact_peak(c.planned, c.dry_run), EXACT_ERROR_BAND);
-    assert!(within >= 0.93, "{:.0}% within -5%..+10%", 100.0 * within);
+    assert!(within >= 0.95, "{:.0}% within -5%..+10%", 100.0 * within);
     assert!(median < 4.0, "median |error| {median:.2}%");
     assert!((median - EXACT_ERROR_BAND.median_abs_percent).abs() < 0.05, "band says {EXACT_ERROR_BAND:?}");
-    let dry_run_band = ErrorBand { low_percent: -5.0, high_percent: 40.0, ..EXACT_ERROR_BAND };
+    let dry_run_band = ErrorBand { low_percent: -5.0, high_percent: 15.0, ..EXACT_ERROR_BAND };
     let (dry_within, dry_median) = check_errors(&cells, |c| c.dry_run, dry_run_band);
-    // docs/memory.md's row for the dry run alone: 90% within, median 1.3%.
-    assert!((dry_within - 43.0 / 48.0).abs() < 1e-9, "the dry run alone: {:.0}% within", 100.0 * dry_within);
+    // docs/memory.md's row for the dry run alone: 94% within, median 1.3%.
+    assert!((dry_within - 45.0 / 48.0).abs() < 1e-9, "the dry run alone: {:.0}% within", 100.0 * dry_within);
     assert!((dry_median - 1.3).abs() < 0.05, "the dry run alone: median {dry_median:.2}%");
 }

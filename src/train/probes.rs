@@ -246,9 +246,9 @@ pub struct DryRunMemory {
 /// 0.11): every kernel is compiled and dropped instead of dispatched, and the pools carve their
 /// pages lazily, without device memory behind them until something reads one. The pools take
 /// the step's own allocation stream and carve first-fit pages from it: on 48 random cells on
-/// lavapipe the dry run was -4.1%..+37.2% from the real steps' reserved peak, median 1.3%. It
+/// lavapipe the dry run was -4.1%..+13.2% from the real steps' reserved peak, median 1.3%. It
 /// was up to 4.7 MiB under on the largest cells (it misses the launches' uniform buffers,
-/// among other things), and on 5 cells it held one page more
+/// among other things), and on 3 cells it held one page more
 /// (without kernels, buffers are released at other moments; run to run, 2 cells differed by a
 /// page), so `plan --exact` takes the smaller of it and the plan
 /// ([`crate::memory::exact_peak`]). Only the parameters (made before the dry run) and the
