@@ -1,8 +1,9 @@
 """Runs vramfit's `bench train` and the PyTorch reference on the same configs, same machine,
 same run, and prints images/s of both and the ratio of vramfit to the fastest PyTorch form per
 row: eager NCHW, eager channels_last (`--forms`; add `compile` for torch.compile, which is
-reported but may be slower on a CPU), one process after another, `--rounds` rounds interleaved,
-then each config's range over the rounds.
+reported but not taken as the bar), in `--rounds` rounds whose order rotates (vramfit's
+`bench train` in its own process, the PyTorch forms in this one), then each config's range over
+the rounds.
 
     cargo build --release && python benches/pytorch/compare.py [--configs quickstart,12gb] [--backend flex] [--rounds 3]
     (on a GPU machine: benches/gpu/run.sh)
@@ -30,6 +31,8 @@ ap.add_argument("--vramfit", default="target/release/vramfit")
 ap.add_argument("--device", default="cpu", help="PyTorch device: cpu or cuda")
 a = ap.parse_args()
 forms = a.forms.split(",")
+if a.rounds < 1 or not set(forms) <= set(reference.FORMS):
+    sys.exit(f"--rounds must be 1 or more and --forms among {','.join(reference.FORMS)}")
 
 
 def mib(n):
@@ -74,14 +77,25 @@ print("|---" * (9 + 2 * len(forms)) + "|", flush=True)
 ratios = {}
 for r in range(a.rounds):
     for name, path in configs.items():
-        v = vramfit_row(path)
-        p = {form: reference.bench(path, a.steps, 2, 10, a.device, form) for form in forms}
+        # Rotate who runs first each round, so a machine that speeds up or slows down over the
+        # run favours no one position.
+        order = ["vramfit", *forms]
+        order = order[r % len(order):] + order[:r % len(order)]
+        p = {}
+        for who in order:
+            if who == "vramfit":
+                v = vramfit_row(path)
+            else:
+                p[who] = reference.bench(path, a.steps, 2, 10, a.device, who)
+        p = {form: p[form] for form in forms}
         plan = subprocess.run([a.vramfit, "plan", "--config", path], capture_output=True, text=True).stdout
         predicted = re.search(r"predicted peak[^0-9]*([0-9.]+ [KMG]iB)", plan)
         predicted = predicted.group(1) if predicted else "?"
         vt, vi = v["train_images_per_sec"], v["infer_images_per_sec"]
-        bt = max(x["train_images_per_sec"] for x in p.values())
-        bi = max(x["infer_images_per_sec"] for x in p.values())
+        # The bar is the faster eager form; torch.compile is reported beside it.
+        bar = [x for form, x in p.items() if form != "compile"] or list(p.values())
+        bt = max(x["train_images_per_sec"] for x in bar)
+        bi = max(x["infer_images_per_sec"] for x in bar)
         ratios.setdefault(name, []).append((vt / bt, vi / bi))
         pts = " | ".join(f"{x['train_images_per_sec']:.1f}" for x in p.values())
         pis = " | ".join(f"{x['infer_images_per_sec']:.1f}" for x in p.values())
@@ -89,7 +103,8 @@ for r in range(a.rounds):
         # Each row as soon as it is measured: a run cut short by a timeout keeps what it finished.
         print(f"| {name} | {r + 1} | {v['batch_size']} x {v['image_px']} | {v['backend']} | {vt:.1f} | {pts} | {vt / bt:.2f} "
               f"| {vi:.1f} | {pis} | {vi / bi:.2f} | {mib(v['peak_bytes_in_use'])} / {predicted} / {mib(peak)} |", flush=True)
-print(f"\n{p[forms[0]]['framework'].split(' (')[0].rsplit(' ', 1)[0]}, {a.rounds} round(s); ratio = vramfit / the fastest of {', '.join(forms)}")
+bar_forms = [f for f in forms if f != "compile"] or forms
+print(f"\npytorch {reference.torch.__version__}, {a.rounds} round(s); ratio = vramfit / the faster of {', '.join(bar_forms)}")
 for name, rs in ratios.items():
     t = [x[0] for x in rs]
     i = [x[1] for x in rs]

@@ -64,6 +64,7 @@ print("| config | batch x px | round | vramfit model.onnx img/s | torch.onnx.exp
 print("|---|---|---|---|---|---|", flush=True)
 with tempfile.TemporaryDirectory() as tmp:
     out = a.keep or tmp
+    os.makedirs(out, exist_ok=True)
     for name in a.configs.split(","):
         config = f"configs/{name}.toml"
         run = os.path.join(tmp, name)

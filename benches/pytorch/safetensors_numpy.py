@@ -6,7 +6,7 @@ import struct
 
 import numpy as np
 
-DTYPES = {"F32": np.float32, "F16": np.float16, "F64": np.float64, "I64": np.int64, "I32": np.int32}
+DTYPES = {"F32": "<f4", "F16": "<f2", "F64": "<f8", "I64": "<i8", "I32": "<i4"}
 
 
 def load_safetensors(path):

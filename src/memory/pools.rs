@@ -248,7 +248,7 @@ impl PoolLayout {
 /// The plan's error under the adaptive pools on every cell of the recorded random grid
 /// (`random_grid_lavapipe.tsv`: -4.9%..+22.0%, median 3.7%, 88% of the cells within
 /// -5%..+10%). The wide top is small cells, where one page of 2-6 MiB beside the 8 MiB small
-/// pool is 15-22% of the total.
+/// pool is 15-35% of the total.
 pub const ADAPTIVE_ERROR_BAND: ErrorBand = ErrorBand {
     low_percent: -4.9,
     high_percent: 22.0,

@@ -187,17 +187,19 @@ pub struct StepMemory {
     pub tracker: MemoryTracker,
     /// A probe thread's peaks over the steady steps (backward passes included).
     pub probe: crate::memory::probe::ProbePeaks,
-    /// Largest bytes reserved a probe read during the first step (the first step at a new shape
-    /// autotunes its kernels with buffers of its own; 0 without pools). A lower bound: the probe
-    /// reads between the device's operations.
+    /// Largest bytes reserved a probe read during the first step, and the steps the f16 loss
+    /// scaler skipped before it (the first step at a new shape autotunes its kernels with
+    /// buffers of its own; 0 without pools). A lower bound: the probe reads between the
+    /// device's operations.
     pub first_step_reserved_bytes: u64,
 }
 
 /// Memory of `steps` optimizer steps after one first step, as a training run sees it: the
 /// first step (which autotunes kernels at a new shape and allocates for that) is run outside
-/// the pools ([`Trainer::step_outside_the_pools`]) with a probe reading its peak reservation, and
+/// the pools ([`Trainer::step_outside_the_pools`]), repeated while the f16 loss scaler skips
+/// it ([`first_applied_step`]), with a probe reading its peak reservation, and
 /// the pools are sized and their free pages handed back ([`crate::device::size_the_pools`], as
-/// the training loop does after its first step);
+/// the training loop does after its first applied step);
 /// then a [`crate::memory::probe::MemoryProbe`] reads the device from its own thread during the
 /// steady steps.
 ///
@@ -311,18 +313,18 @@ fn bench_trainer(
     (trainer, vec![batch; config.train.grad_accum_steps])
 }
 
-/// One optimizer step of a benchmark; returns the images it trained on.
 /// A run's first step as the training loop runs it: outside the pools
 /// ([`Trainer::step_outside_the_pools`]), repeated until one is applied. A step the f16 loss
 /// scaler skips makes no AdamW moments, so steps measured after it would miss them: batch 1,
 /// 283 px, f16, 661 classes (12gb) skipped its first two steps at the starting scale, and its
-/// two measured steps reserved 63.6 MiB against 87.0 MiB once the moments existed. The trainer
+/// two measured steps reserved 63.6 MiB against 89.1 MiB once the moments existed. The trainer
 /// fails the run after `train.max_skipped_steps` skipped in a row, which ends the loop.
 fn first_applied_step(trainer: &mut Trainer, batches: &[Batch]) -> Result<()> {
     while !trainer.step_outside_the_pools(batches, false, &mut |_e: Event| {})?.applied {}
     Ok(())
 }
 
+/// One optimizer step of a benchmark; returns the images it trained on.
 fn bench_step(trainer: &mut Trainer, batches: &[Batch], sample_memory: bool) -> Result<usize> {
     Ok(trainer.step(batches, sample_memory, &mut |_e: Event| {})?.images)
 }

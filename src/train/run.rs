@@ -53,8 +53,9 @@ pub(super) struct Run<'a> {
     /// Steps this invocation applied (not skipped by the f16 loss scaler): until one is, each
     /// step runs outside the pools.
     pub(super) steps_applied: usize,
-    /// The next finished step is the first at its micro-batch shape (the run's first step, or
-    /// the first after a halving): its autotune pages are handed back after it.
+    /// The next applied step is the first at its micro-batch shape (the run's first, or the
+    /// first after a halving): the pools are sized after it (steps the f16 loss scaler skips
+    /// before it only drop their readings).
     pub(super) new_shape: bool,
     pub(super) train_secs: f64,
     /// `(epoch, global_step, batches_done_in_epoch)` of the newest checkpoint, so a stop does
