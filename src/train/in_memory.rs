@@ -91,6 +91,7 @@ pub async fn train_in_memory(
         auto_fit: request.auto_fit,
         live_budget: request.live_budget.as_ref(),
         store: Store::Memory,
+        replicas: &[],
     };
     let ended = phases::run(options, device, splits, sink, stop).await?;
     let model = ended.model.ok_or_else(|| Error::Crashed("a run kept in memory ended without its model".into()))?;

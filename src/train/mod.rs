@@ -35,6 +35,7 @@ use crate::inference::eval::EvalResult;
 use crate::memory::probe::MemoryTracker;
 
 pub mod checkpoint;
+mod data_parallel;
 mod epoch;
 mod epoch_data;
 mod in_memory;
@@ -80,6 +81,11 @@ pub struct TrainRequest {
     /// A budget that may move while the run trains (the app's slider); `None` holds to
     /// `config.memory.memory_budget_bytes`.
     pub live_budget: Option<LiveBudget>,
+    /// Data parallelism: the devices besides the main one (`--devices`'s second and later),
+    /// each running a share of every step's micro-batches (micro-batch `i` on device
+    /// `i mod (1 + replicas.len())`); the model, the optimizer and the checkpoints stay on the
+    /// main device. Empty: one device.
+    pub replicas: Vec<SelectedDevice>,
 }
 
 impl TrainRequest {
@@ -94,6 +100,7 @@ impl TrainRequest {
             max_steps: None,
             export: true,
             live_budget: None,
+            replicas: Vec::new(),
         }
     }
 }
@@ -173,6 +180,7 @@ pub fn train(
         max_steps: req.max_steps,
         auto_fit: req.auto_fit,
         live_budget: req.live_budget.as_ref(),
+        replicas: &req.replicas,
         store: store::Store::Folder {
             out: &req.out_dir,
             resume: req.resume,

@@ -87,8 +87,8 @@ pub(super) async fn run(
     Ok(ended)
 }
 
-/// Phase 1: the data can train (warnings sent), and the precision the device can compute in
-/// (f16 falls back to f32 on a device without it, with a warning).
+/// Phase 1: the data can train (warnings sent), and the precision every device of the run can
+/// compute in (f16 falls back to f32 where one has none, with a warning).
 fn check_data_and_precision(
     options: &RunOptions<'_>,
     device: &SelectedDevice,
@@ -111,11 +111,12 @@ fn check_data_and_precision(
     {
         sink(Event::Warning(warning));
     }
-    let precision = precision_on(&config, device);
-    if precision != config.train.precision {
-        sink(Event::Warning(format!("{} has no shader f16: training in f32", device.name)));
-        config.train.precision = precision;
-    } else if precision == crate::config::Precision::F16 && !device.is_gpu() {
+    let without_f16 =
+        std::iter::once(device).chain(options.replicas).find(|d| precision_on(&config, d) != config.train.precision);
+    if let Some(d) = without_f16 {
+        sink(Event::Warning(format!("{} has no shader f16: training in f32", d.name)));
+        config.train.precision = crate::config::Precision::F32;
+    } else if config.train.precision == crate::config::Precision::F16 && !device.is_gpu() {
         // f16 saves device memory; a CPU backend has none to save and computes f16 slower
         // (6gb's recipe on flex: 8.6 s an epoch in f16 against 0.9 s in f32, a trial's figures).
         sink(Event::Warning(format!(

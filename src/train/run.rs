@@ -9,6 +9,7 @@ use burn::module::Module;
 use web_time::Instant;
 
 use super::TrainSummary;
+use super::data_parallel::Replica;
 use super::epoch_data::{EpochData, EpochTotals};
 use super::step::Trainer;
 use super::store::{EPOCHS_HEADER, RunOptions, Store, csv_append};
@@ -86,6 +87,8 @@ impl<'a> Run<'a> {
         let precision = config.train.precision;
         let mut trainer =
             Trainer::new(&config, precision, &device.device, classes.clone(), steps_total, steps_per_epoch);
+        trainer.replicas =
+            options.replicas.iter().map(|d| Replica::new(d, config.train.checkpointing)).collect();
         if config.train.class_weights != crate::config::ClassWeights::None {
             let counts = splits.train.class_counts();
             trainer.class_weights =
@@ -145,11 +148,13 @@ impl<'a> Run<'a> {
         self.options.max_steps.is_some_and(|m| self.trainer.state.global_step >= m)
     }
 
-    /// Whether training batches go to the device's augmentation kernel (never for a run kept in
-    /// memory: see [`Store::Memory`]).
+    /// Whether training batches go to the device's augmentation kernel: where every device of
+    /// the run has it, and never for a run kept in memory (see [`Store::Memory`]).
     pub(super) fn augments_on_device(&self) -> bool {
         matches!(self.options.store, Store::Folder { .. })
-            && crate::kernels::device_augment::augments_on_device(&self.config, &self.device.device)
+            && std::iter::once(self.device)
+                .chain(self.options.replicas)
+                .all(|d| crate::kernels::device_augment::augments_on_device(&self.config, &d.device))
     }
 
     /// The run's [`Event::Started`].

@@ -17,10 +17,11 @@ use crate::engine::events::{Event, EventSink};
 use crate::memory::probe::MemoryTracker;
 use crate::model::Classifier;
 use crate::train::checkpoint::{self, TrainState};
+use crate::train::data_parallel::{self, Replica, Share};
 use crate::train::precision::LossScaler;
 use crate::train::schedule::WarmupCosine;
 use burn::module::{Module, ModuleVisitor, Param};
-use burn::optim::{AdamWConfig, GradientsAccumulator, GradientsParams, ModuleOptimizer};
+use burn::optim::{AdamWConfig, GradientsParams, ModuleOptimizer};
 use burn::tensor::{Device, Int, Tensor};
 use std::path::{Path, PathBuf};
 
@@ -145,6 +146,9 @@ pub(crate) struct Trainer {
     /// where what it reads back is meaningless: the step then takes its loss and gradient norm
     /// as 0, so it is applied, unclipped, like a healthy step, whatever the buffers held.
     pub(crate) dry_run: bool,
+    /// The other devices of a data-parallel run ([`super::data_parallel`]), each running its
+    /// share of every step's micro-batches; empty on one device.
+    pub(crate) replicas: Vec<Replica>,
 }
 
 /// A loss over this many times the chance-level loss `ln(classes)` (what an untrained network
@@ -206,6 +210,7 @@ impl Trainer {
             state,
             exploding_steps: 0,
             dry_run: false,
+            replicas: Vec::new(),
             class_weights: None,
             tracker: MemoryTracker::default(),
             memory_cap: config.memory.cap_to_budget.then_some(config.memory.memory_budget_bytes),
@@ -378,19 +383,24 @@ impl Trainer {
         sink: EventSink<'_>,
     ) -> std::result::Result<Option<(GradientsParams, Vec<f32>)>, StepError> {
         let (scale, eps) = (self.state.scaler.scale, self.config.train.label_smoothing);
-        let mut accumulator = GradientsAccumulator::<Classifier>::new();
-        let mut loss_sum: Option<Tensor<1>> = None;
-        let mut correct_sum: Option<Tensor<1>> = None;
+        let devices = 1 + self.replicas.len();
+        let mut shares: Vec<Share> = (0..devices).map(|_| Share::default()).collect();
         let mut sampled = !sample_memory;
         let factor = self.state.split_factor;
-        let class_weights = self
-            .class_weights
-            .as_ref()
-            .map(|w| Tensor::<1>::from_data(burn::tensor::TensorData::new(w.clone(), [w.len()]), &self.ad_device));
-        for chunk in batches.iter().flat_map(|b| b.split(factor)) {
+        for (index, chunk) in batches.iter().flat_map(|b| b.split(factor)).enumerate() {
+            let d = data_parallel::device_of(index, devices);
+            let (device, ad_device) = match d {
+                0 => (&self.device, &self.ad_device),
+                _ => (&self.replicas[d - 1].device, &self.replicas[d - 1].ad_device),
+            };
+            let class_weights = self
+                .class_weights
+                .as_ref()
+                .map(|w| Tensor::<1>::from_data(burn::tensor::TensorData::new(w.clone(), [w.len()]), ad_device));
             let n = chunk.len();
-            let (images, labels) = self.input_tensors(chunk).map_err(StepError::Fatal)?;
-            let logits = model.forward(images, self.precision);
+            let (images, labels) = self.input_tensors(chunk, device, ad_device).map_err(StepError::Fatal)?;
+            let weights = shares[d].weights(model, (d > 0).then_some(ad_device));
+            let logits = weights.forward(images, self.precision);
             if !sampled {
                 // The peak in use sits at the end of the forward pass, or (checkpointing) early
                 // in the backward pass.
@@ -405,25 +415,18 @@ impl Trainer {
             }
             let correct =
                 logits.clone().inner().argmax(1).reshape([n]).equal(labels.clone().inner()).int().sum().float();
-            let loss = weighted_smoothed_cross_entropy(logits, labels, eps, class_weights.clone());
+            let loss = weighted_smoothed_cross_entropy(logits, labels, eps, class_weights);
             let weighted = loss.clone() * (scale * n as f32 / total as f32);
-            accumulator.accumulate(model, GradientsParams::from_grads(weighted.backward(), model));
-            let loss_n = loss.inner() * n as f32;
-            loss_sum = Some(match loss_sum {
-                Some(a) => a + loss_n,
-                None => loss_n,
-            });
-            correct_sum = Some(match correct_sum {
-                Some(a) => a + correct,
-                None => correct,
-            });
+            let grads = GradientsParams::from_grads(weighted.backward(), weights);
+            shares[d].add(model, grads, loss.inner() * n as f32, correct);
         }
-        let grads = accumulator.grads();
-        let mut norm = GradNormSq { grads: &grads, acc: None };
-        model.visit(&mut norm);
-        let (Some(loss_sum), Some(correct_sum), Some(norm_sq)) = (loss_sum, correct_sum, norm.acc) else {
+        let Some((grads, loss_sum, correct_sum)) = data_parallel::gather(shares, model, &self.ad_device, &self.device)
+        else {
             return Ok(None);
         };
+        let mut norm = GradNormSq { grads: &grads, acc: None };
+        model.visit(&mut norm);
+        let Some(norm_sq) = norm.acc else { return Ok(None) };
         let stats = Tensor::cat(vec![loss_sum, correct_sum, norm_sq], 0)
             .into_data_async()
             .await
@@ -432,7 +435,7 @@ impl Trainer {
         Ok(Some((grads, stats)))
     }
 
-    /// A micro-batch's images `[n, 3, h, w]` and labels `[n]` on the training device: uploaded
+    /// A micro-batch's images `[n, 3, h, w]` and labels `[n]` on `ad_device` (`device` with autodiff): uploaded
     /// as normalized f32, or (a packed batch, [`Batch::packed`]) uploaded as 8-bit pixels and
     /// cropped, augmented and normalized by `shaders/augment_rgb8.wgsl`. The kernel's output is
     /// a constant of the graph (no gradient), made on the inner device and then given the
@@ -440,17 +443,17 @@ impl Trainer {
     ///
     /// # Errors
     /// As [`crate::kernels::device_augment::augment_batch`].
-    fn input_tensors(&self, mut batch: Batch) -> Result<(Tensor<4>, Tensor<1, Int>)> {
-        let Some(packed) = batch.packed.take() else { return Ok(batch.into_tensors(&self.ad_device)) };
+    fn input_tensors(&self, mut batch: Batch, device: &Device, ad_device: &Device) -> Result<(Tensor<4>, Tensor<1, Int>)> {
+        let Some(packed) = batch.packed.take() else { return Ok(batch.into_tensors(ad_device)) };
         let data = &self.config.data;
         let params = packed.params((batch.height, batch.width), data.mean, data.std)?;
-        let images = crate::kernels::device_augment::augment_batch(packed.pixels, params, &self.device)?;
+        let images = crate::kernels::device_augment::augment_batch(packed.pixels, params, device)?;
         // On the training device, with its checkpointing strategy (operands must share one).
-        let images = match self.ad_device.gradient_checkpointing_strategy() {
+        let images = match ad_device.gradient_checkpointing_strategy() {
             Some(strategy) => images.autodiff().with_gradient_checkpointing_strategy(strategy),
             None => images.autodiff(),
         };
-        let labels = label_tensor(batch.labels, &self.ad_device);
+        let labels = label_tensor(batch.labels, ad_device);
         Ok((images, labels))
     }
 

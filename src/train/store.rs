@@ -5,6 +5,7 @@ use std::io::Write;
 use std::path::Path;
 
 use crate::config::Config;
+use crate::device::SelectedDevice;
 use crate::engine::error::{Error, Result};
 use crate::engine::events::LiveBudget;
 
@@ -43,6 +44,8 @@ pub(super) struct RunOptions<'a> {
     pub(super) live_budget: Option<&'a LiveBudget>,
     /// Where the run keeps what it makes.
     pub(super) store: Store<'a>,
+    /// The other devices of a data-parallel run ([`super::data_parallel`]); empty on one device.
+    pub(super) replicas: &'a [SelectedDevice],
 }
 
 /// Header of `metrics.csv`.
