@@ -4,6 +4,8 @@
 //! [`DeviceChoice::Auto`], is the fastest kind of device here ([`default_device`]): a hardware
 //! adapter where there is one, else the CPU backend, saying why.
 
+mod choice;
+
 use burn::tensor::{Device, DeviceKind, FloatDType};
 use serde::Serialize;
 
@@ -215,70 +217,7 @@ pub fn default_device(adapters: &[AdapterInfo]) -> DefaultDevice {
     }
 }
 
-/// burn's CPU backends.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, serde::Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum CpuBackend {
-    /// burn-ndarray (deprecated in burn 0.22, the fallback users know). Native builds only: in a
-    /// browser flex is the CPU backend (the web build leaves burn-ndarray out).
-    #[cfg(not(target_arch = "wasm32"))]
-    Ndarray,
-    /// burn-flex, ndarray's successor.
-    Flex,
-}
-
-impl CpuBackend {
-    /// The faster of the two on the machines measured (see README, "CPU inference").
-    pub const DEFAULT: CpuBackend = CpuBackend::Flex;
-
-    /// Its short name: `flex` or `ndarray`.
-    pub fn name(self) -> &'static str {
-        match self {
-            #[cfg(not(target_arch = "wasm32"))]
-            CpuBackend::Ndarray => "ndarray",
-            CpuBackend::Flex => "flex",
-        }
-    }
-
-    /// The burn device.
-    pub fn device(self) -> Device {
-        match self {
-            #[cfg(not(target_arch = "wasm32"))]
-            #[allow(deprecated)] // ndarray is deprecated upstream but is the fallback users asked for
-            CpuBackend::Ndarray => Device::ndarray(),
-            CpuBackend::Flex => Device::flex(),
-        }
-    }
-}
-
-/// What the user asked to run on.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, serde::Deserialize)]
-pub enum DeviceChoice {
-    /// The fastest kind of device here ([`default_device`]): the first hardware adapter, else
-    /// the default CPU backend (a software adapter is left out: the CPU backend beats it).
-    Auto,
-    /// A wgpu adapter, software ones included: `Some(index)` into [`list_adapters`], `None` for
-    /// [`default_adapter`].
-    Gpu(Option<usize>),
-    /// A CPU backend.
-    Cpu(CpuBackend),
-}
-
-impl DeviceChoice {
-    /// The flags of a `vramfit` command line that choose this device again, each after a
-    /// space: none for [`DeviceChoice::Auto`] (it picks the same device on the same machine),
-    /// ` --device gpu`, ` --adapter N`, ` --device cpu` and ` --cpu-backend ndarray` where it is
-    /// not the default. For the resume commands vramfit prints.
-    pub fn flags(self) -> String {
-        match self {
-            DeviceChoice::Auto => String::new(),
-            DeviceChoice::Gpu(None) => " --device gpu".into(),
-            DeviceChoice::Gpu(Some(i)) => format!(" --adapter {i}"),
-            DeviceChoice::Cpu(b) if b == CpuBackend::DEFAULT => " --device cpu".into(),
-            DeviceChoice::Cpu(b) => format!(" --device cpu --cpu-backend {}", b.name()),
-        }
-    }
-}
+pub use choice::{CpuBackend, DEVICE_FORMS, DeviceChoice};
 
 /// A device ready for tensors, with what is known about it.
 #[derive(Clone, Debug)]

@@ -171,6 +171,32 @@ pub struct DeviceArgs {
     pub cpu_backend: CpuFlag,
 }
 
+/// `--devices`: data parallelism over several devices ([`crate::train::TrainRequest::replicas`]).
+#[derive(Args, Debug, Clone, Default)]
+pub struct DevicesArgs {
+    /// Train on several devices at once, comma-separated, the first the main one (it keeps the
+    /// model, the optimizer and the checkpoints): each runs its share of every step's
+    /// micro-batches (micro-batch i on device i mod n; give --grad-accum-steps a multiple of n).
+    /// Entries: auto, gpu, gpu:N (adapter N of `vramfit devices`), cpu, cpu:flex, cpu:ndarray.
+    /// Instead of --device and --adapter.
+    #[arg(long, value_delimiter = ',', conflicts_with_all = ["device", "adapter", "cpu_backend"])]
+    pub devices: Vec<DeviceChoice>,
+}
+
+impl DevicesArgs {
+    /// The main device and the replicas: `--devices`' first entry and the rest, or, without
+    /// `--devices`, `device`'s choice ([`DeviceArgs::choice`]) alone.
+    ///
+    /// # Errors
+    /// As [`DeviceArgs::choice`].
+    pub fn choices(&self, device: &DeviceArgs) -> anyhow::Result<(DeviceChoice, Vec<DeviceChoice>)> {
+        match self.devices.split_first() {
+            Some((main, replicas)) => Ok((*main, replicas.to_vec())),
+            None => Ok((device.choice()?, Vec::new())),
+        }
+    }
+}
+
 /// `--device`.
 #[derive(ValueEnum, Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum DeviceFlag {

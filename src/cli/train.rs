@@ -9,7 +9,7 @@ use anyhow::{Context, bail};
 use clap::Args;
 
 use super::commands::{open_data, select_device};
-use super::{ConfigArgs, DeviceArgs};
+use super::{ConfigArgs, DeviceArgs, DevicesArgs};
 use crate::config::Config;
 use crate::data::dataset;
 use crate::device::{CpuBackend, DeviceChoice, SelectedDevice};
@@ -27,6 +27,8 @@ pub struct TrainArgs {
     config: ConfigArgs,
     #[command(flatten)]
     device: DeviceArgs,
+    #[command(flatten)]
+    devices: DevicesArgs,
     /// Dataset: ImageFolder (root/<class>/*.jpg, or root/train + root/val), an IDX folder, or a labels
     /// CSV file (path,label[,split] rows, paths relative to it).
     /// Default: the bundled Fashion-MNIST subset.
@@ -98,6 +100,10 @@ pub fn train(args: TrainArgs) -> anyhow::Result<ExitCode> {
     // Two runs started within a second get `-2`, `-3`, ... rather than one refusing the other.
     let out = args.out.clone().unwrap_or_else(|| crate::train::run_dir::new_run_dir(Path::new("runs")));
     let config = if args.resume { resumed_config(&args, &out)? } else { new_run_config(&args, &out)? };
+    let (device, replicas) = args.devices.choices(&args.device)?;
+    if !replicas.is_empty() && args.overfit_check {
+        bail!("--overfit-check trains on one device: drop --devices, or give --device");
+    }
     let spec = TrainingSpec {
         data_dir: args.data.clone(),
         resume: args.resume,
@@ -106,7 +112,8 @@ pub fn train(args: TrainArgs) -> anyhow::Result<ExitCode> {
         fresh_optimizer: args.fresh_optimizer,
         allow_empty_classes: args.allow_empty_classes,
         overfit_check: args.overfit_check,
-        ..TrainingSpec::new(config, args.device.choice()?, out)
+        replicas,
+        ..TrainingSpec::new(config, device, out)
     };
     // The engine trains in a child process, so a driver crash cannot take this one down.
     super::worker::train_in_child(spec)
@@ -137,11 +144,18 @@ fn run_job(spec: TrainingSpec) -> anyhow::Result<ExitCode> {
     req.auto_fit = spec.auto_fit;
     req.fresh_optimizer = spec.fresh_optimizer;
     req.max_steps = spec.max_steps;
-    let (spec_max_steps, spec_device) = (spec.max_steps, spec.device);
-    let job = Job::Train { request: Box::new(req), splits, device: device.clone() };
+    req.replicas = spec.replicas.iter().map(|&choice| select_device(choice)).collect::<anyhow::Result<_>>()?;
+    let names: Vec<&str> = std::iter::once(&device).chain(&req.replicas).map(|d| d.name.as_str()).collect();
+    let devices = names.join(" + ");
+    let resume_flags = if spec.replicas.is_empty() {
+        device_flags(&device, spec.device)
+    } else {
+        DeviceChoice::list_flag(&[&[spec.device], spec.replicas.as_slice()].concat())
+    };
+    let spec_max_steps = spec.max_steps;
+    let job = Job::Train { request: Box::new(req), splits, device };
     let JobOutput::Trained(summary) = run_engine(job)? else { bail!("the engine returned another job's output") };
-    let resume_flags = device_flags(&device, spec_device);
-    print_summary(&summary, &device, &out, spec_max_steps, &resume_flags);
+    print_summary(&summary, &devices, &out, spec_max_steps, &resume_flags);
     Ok(ExitCode::SUCCESS)
 }
 
@@ -224,7 +238,7 @@ fn device_flags(device: &SelectedDevice, choice: DeviceChoice) -> String {
 
 fn print_summary(
     summary: &train::TrainSummary,
-    device: &SelectedDevice,
+    devices: &str,
     out: &Path,
     max_steps: Option<usize>,
     resume_flags: &str,
@@ -238,7 +252,7 @@ fn print_summary(
             count(summary.epochs_completed, "epoch"),
             count(summary.global_step, "step"),
             summary.wall_secs,
-            device.name
+            devices
         );
     }
     println!("training throughput {:.0} images/s", summary.images_per_sec);

@@ -273,8 +273,11 @@ pub struct TrainingSpec {
     pub config: Config,
     /// The dataset folder (`None`: the bundled data; on resume, the run's `data.txt`).
     pub data_dir: Option<PathBuf>,
-    /// The device.
+    /// The device (with `replicas`, the main one).
     pub device: DeviceChoice,
+    /// The other devices of a data-parallel run (`--devices`' second and later entries).
+    #[serde(default)]
+    pub replicas: Vec<DeviceChoice>,
     /// The run folder.
     pub out_dir: PathBuf,
     /// Continue the run in `out_dir`.
@@ -303,6 +306,7 @@ impl TrainingSpec {
             config,
             data_dir: None,
             device,
+            replicas: Vec::new(),
             out_dir,
             resume: false,
             max_steps: None,

@@ -87,8 +87,7 @@ impl<'a> Run<'a> {
         let precision = config.train.precision;
         let mut trainer =
             Trainer::new(&config, precision, &device.device, classes.clone(), steps_total, steps_per_epoch);
-        trainer.replicas =
-            options.replicas.iter().map(|d| Replica::new(d, config.train.checkpointing)).collect();
+        trainer.replicas = options.replicas.iter().map(|d| Replica::new(d, config.train.checkpointing)).collect();
         if config.train.class_weights != crate::config::ClassWeights::None {
             let counts = splits.train.class_counts();
             trainer.class_weights =
@@ -157,10 +156,17 @@ impl<'a> Run<'a> {
                 .all(|d| crate::kernels::device_augment::augments_on_device(&self.config, &d.device))
     }
 
+    /// The run's devices by name, the main one first, joined by ` + `.
+    pub(super) fn device_names(&self) -> String {
+        let names: Vec<&str> =
+            std::iter::once(self.device).chain(self.options.replicas).map(|d| d.name.as_str()).collect();
+        names.join(" + ")
+    }
+
     /// The run's [`Event::Started`].
     pub(super) fn started_event(&self, splits: &Splits) -> Event {
         Event::Started {
-            device: self.device.name.clone(),
+            device: self.device_names(),
             out_dir: self.summary.out_dir.clone(),
             start_epoch: self.trainer.state.epoch,
             epochs: self.config.train.epochs,
@@ -374,6 +380,7 @@ impl<'a> Run<'a> {
     /// of a run kept in memory.
     pub(super) fn finish(mut self, started: Instant, trained: bool) -> Result<Ended> {
         let (micro_batch, grad_accum_steps) = self.micro_batch();
+        let devices = self.device_names();
         let summary = &mut self.summary;
         summary.global_step = self.trainer.state.global_step;
         summary.epochs_completed = self.trainer.state.epoch;
@@ -385,7 +392,7 @@ impl<'a> Run<'a> {
         let model = match self.options.store {
             Store::Folder { out, export, .. } => {
                 if export && trained && !summary.stopped {
-                    let info = summary.training_info(&self.device.name);
+                    let info = summary.training_info(&devices);
                     let dir = out.join(crate::train::run_dir::EXPORT);
                     crate::export::export(&model, &self.config, &self.classes, &info, &dir)?;
                     summary.export_dir = Some(dir);

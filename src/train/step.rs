@@ -443,7 +443,12 @@ impl Trainer {
     ///
     /// # Errors
     /// As [`crate::kernels::device_augment::augment_batch`].
-    fn input_tensors(&self, mut batch: Batch, device: &Device, ad_device: &Device) -> Result<(Tensor<4>, Tensor<1, Int>)> {
+    fn input_tensors(
+        &self,
+        mut batch: Batch,
+        device: &Device,
+        ad_device: &Device,
+    ) -> Result<(Tensor<4>, Tensor<1, Int>)> {
         let Some(packed) = batch.packed.take() else { return Ok(batch.into_tensors(ad_device)) };
         let data = &self.config.data;
         let params = packed.params((batch.height, batch.width), data.mean, data.std)?;
