@@ -24,6 +24,7 @@ mod augment;
 mod data_faults;
 mod data_health;
 mod depthwise_conv;
+mod devices;
 mod folders;
 mod fuzz;
 mod group_norm_gelu;
