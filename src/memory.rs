@@ -171,6 +171,43 @@ pub fn estimate_for_pools(
     fused_group_norm_gelu: bool,
     pools: PoolLayout,
 ) -> MemoryEstimate {
+    estimate_terms(config, batch_size, num_classes, fused_group_norm_gelu, pools, true)
+}
+
+/// The estimate of one device of a data-parallel run ([`crate::train::TrainRequest::replicas`]),
+/// for each of `devices` devices (index 0 the main one): a step's `grad_accum_steps`
+/// micro-batches are dealt round robin, so device `d` runs `m / n` of them, plus one when
+/// `d < m mod n`, and holds the accumulation buffer only when it runs more than one. Every
+/// device holds the weights (a replica a copy taken each step), its gradients and its own
+/// micro-batch's activations; only the main one holds the AdamW moments. The replicas'
+/// gradients reach the main device after their backward passes, when its activations are
+/// freed, so they add nothing to its peak. A device dealt no micro-batch (more devices than
+/// micro-batches) holds nothing. Derived from the one-device estimate, whose terms
+/// are measured; not measured on two cards (none here).
+pub fn data_parallel_estimates(config: &Config, num_classes: usize, devices: usize) -> Vec<MemoryEstimate> {
+    let (m, n) = (config.train.grad_accum_steps.max(1), devices.max(1));
+    let fused = crate::kernels::group_norm_gelu::runs_fused_on_gpu();
+    (0..n)
+        .map(|d| {
+            let mut c = config.clone();
+            c.train.grad_accum_steps = m / n + usize::from(d < m % n);
+            if c.train.grad_accum_steps == 0 {
+                return MemoryEstimate::default();
+            }
+            estimate_terms(&c, config.train.batch_size, num_classes, fused, PoolLayout::this_build(), d == 0)
+        })
+        .collect()
+}
+
+/// [`estimate_for_pools`], with the AdamW moments counted when `holds_optimizer`.
+fn estimate_terms(
+    config: &Config,
+    batch_size: usize,
+    num_classes: usize,
+    fused_group_norm_gelu: bool,
+    pools: PoolLayout,
+    holds_optimizer: bool,
+) -> MemoryEstimate {
     let px = config.image_size_px();
     let plan = layer_plan(&config.model, num_classes, (px, px));
     let p = param_count(&plan) as u64;
@@ -183,7 +220,7 @@ pub fn estimate_for_pools(
     let input_batch = b * 3 * (px * px) as u64 * 4;
     let parameters = 4 * p;
     let accumulation_buffer = if config.train.grad_accum_steps > 1 { 4 * p } else { 0 };
-    let optimizer_state = 8 * p;
+    let optimizer_state = if holds_optimizer { 8 * p } else { 0 };
     let weight_casts = if precision == Precision::F16 { 2 * p } else { 0 };
     let largest_tensor = (4 * b * largest_out).max(input_batch);
     let workspace = if config.train.checkpointing && precision == Precision::F32 {

@@ -32,6 +32,8 @@ pub struct PlanArgs {
     exact: bool,
     #[command(flatten)]
     device: super::DeviceArgs,
+    #[command(flatten)]
+    devices: super::DevicesArgs,
 }
 
 /// The plan as printed by `vramfit plan`.
@@ -112,6 +114,9 @@ pub fn plan(args: PlanArgs) -> anyhow::Result<ExitCode> {
     if let Some(line) = tier_line(&config, args.classes) {
         print!("{line}");
     }
+    if !args.devices.devices.is_empty() {
+        print!("{}", data_parallel_report(&config, args.classes, &args.devices.devices));
+    }
     if args.exact {
         let device = super::commands::select_device(args.device.gpu_choice()?)?;
         if !device.is_gpu() {
@@ -135,6 +140,32 @@ pub fn plan(args: PlanArgs) -> anyhow::Result<ExitCode> {
     }
     // Exit status 2 when the configuration does not fit, for scripts (`plan && train`).
     Ok(if p.fits { ExitCode::SUCCESS } else { ExitCode::from(2) })
+}
+
+/// `vramfit plan --devices A,B,...`: each device's plan in a data-parallel run
+/// ([`memory::data_parallel_estimates`]) against the budget, which each device has to itself.
+fn data_parallel_report(config: &Config, classes: usize, devices: &[crate::device::DeviceChoice]) -> String {
+    let estimates = memory::data_parallel_estimates(config, classes, devices.len());
+    let budget = config.memory.memory_budget_bytes;
+    let mut s = format!(
+        "on {} devices, {} micro-batch(es) of {} a step dealt round robin (the budget is each device's):\n",
+        devices.len(),
+        config.train.grad_accum_steps,
+        config.train.batch_size
+    );
+    for (d, (device, e)) in devices.iter().zip(&estimates).enumerate() {
+        let role = if d == 0 { "main: weights, gradients, AdamW" } else { "replica: weights, gradients" };
+        let verdict = if e.total <= budget { "fits" } else { "over the budget" };
+        let state = e.parameters + e.gradients + e.optimizer_state + e.weight_casts;
+        s.push_str(&format!(
+            "  {:<10} {role:<34} these {:>10}  activations {:>10}  predicted peak {:>10}  {verdict}\n",
+            device.token(),
+            human_bytes(state),
+            human_bytes(e.activations()),
+            human_bytes(e.total)
+        ));
+    }
+    s
 }
 
 /// `vramfit plan --suggest`: the tier search's candidates and choice; applies the choice to

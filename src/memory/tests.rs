@@ -256,3 +256,26 @@ fn the_exact_plan_holds_on_the_random_grid() {
     assert!((dry_within - 45.0 / 48.0).abs() < 1e-9, "the dry run alone: {:.0}% within", 100.0 * dry_within);
     assert!((dry_median - 1.3).abs() < 0.05, "the dry run alone: median {dry_median:.2}%");
 }
+
+/// A data-parallel run's plan per device: with 3 micro-batches on 2 devices the main one runs
+/// two (it holds the accumulation buffer) and the AdamW moments, the replica one micro-batch's
+/// activations and its copy of the weights; a third device with 2 micro-batches holds nothing.
+/// One device is the one-device plan.
+#[test]
+fn each_device_of_a_data_parallel_run_has_its_own_plan() {
+    let mut config = crate::config::presets::load_config("12gb").unwrap();
+    config.train.grad_accum_steps = 3;
+    let one = estimate(&config, config.train.batch_size, 10);
+    assert_eq!(data_parallel_estimates(&config, 10, 1), vec![one.clone()]);
+    let [main, replica] = <[MemoryEstimate; 2]>::try_from(data_parallel_estimates(&config, 10, 2)).unwrap();
+    assert_eq!(main, one, "the main device runs 2 of 3 micro-batches: the buffer and the moments, as on one");
+    let p = one.parameters;
+    assert_eq!((replica.parameters, replica.optimizer_state), (p, 0));
+    assert_eq!(replica.activations(), one.activations());
+    assert_eq!(main.peak_in_use - replica.peak_in_use, 2 * p + p, "AdamW (2 x 4P) and the buffer (4P)");
+    config.train.grad_accum_steps = 2;
+    let three = data_parallel_estimates(&config, 10, 3);
+    assert_eq!(three[2], MemoryEstimate::default());
+    assert_eq!(three[0].optimizer_state, 2 * p);
+    assert!(three[1].total > 0 && three[1].optimizer_state == 0);
+}

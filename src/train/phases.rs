@@ -203,7 +203,9 @@ fn fit_batch_to_data(config: &mut Config, images: usize, resumed: bool, sink: Ev
 }
 
 /// Phase 2: the predicted peak fits the budget (or `auto_fit` makes it fit) and one
-/// micro-batch's largest tensor fits the adapter's buffer limit, before anything is allocated.
+/// micro-batch's largest tensor fits every adapter's buffer limit, before anything is allocated.
+/// With replicas the main device's plan is checked: it holds the most (the AdamW moments, and
+/// at least as many micro-batches as any replica), and is planned as if it ran them all.
 /// Returns the config to train and its plan (the predicted peak, `estimate.total`, in bytes
 /// reserved): the run's one plan.
 fn plan_memory(
@@ -246,8 +248,19 @@ fn plan_memory(
         config.train.batch_size = plan.fit_batch_size;
         config.train.grad_accum_steps = plan.fit_grad_accum_steps;
     }
-    if let Some(limit) = device.buffer_limit() {
-        memory::check_buffer_limit(&config.model, classes, image_hw, config.train.batch_size, limit, &device.name)?;
+    for d in std::iter::once(device).chain(options.replicas) {
+        if let Some(limit) = d.buffer_limit() {
+            memory::check_buffer_limit(&config.model, classes, image_hw, config.train.batch_size, limit, &d.name)?;
+        }
+    }
+    let devices = 1 + options.replicas.len();
+    let micro_batches = config.train.grad_accum_steps.max(1);
+    if devices > micro_batches {
+        sink(Event::Warning(format!(
+            "{devices} devices and {micro_batches} micro-batch(es) a step: the last {} device(s) get none and idle; \
+             set train.grad_accum_steps to a multiple of {devices}",
+            devices - micro_batches
+        )));
     }
     // After --auto-fit the config trained is another: its plan, made once.
     let plan = if plan.fits { plan } else { memory::plan(&config, classes) };
