@@ -3,6 +3,7 @@
 
 pub mod baseline;
 pub mod data_health;
+pub mod devices;
 pub mod loader;
 pub mod memory;
 

@@ -68,8 +68,9 @@ pub struct BenchArgs {
     /// (the input pipeline alone, on generated 12 MP / 2 MP JPEGs and the bundled data), `ui`
     /// (the app's frame times while it trains; needs a display, e.g. `xvfb-run`), `duplicates`
     /// (the duplicate finder's recall and false matches on generated copies) or `label-errors`
-    /// (the label-issue ranking's recall on deliberately flipped labels).
-    #[arg(value_parser = ["train", "memory", "loader", "ui", "duplicates", "label-errors"])]
+    /// (the label-issue ranking's recall on deliberately flipped labels) or `devices` (training
+    /// throughput on the first 1, 2, ... of `--devices`, the same micro-batches a step in each).
+    #[arg(value_parser = ["train", "memory", "loader", "ui", "duplicates", "label-errors", "devices"])]
     what: String,
     /// `duplicates`, `label-errors`: the dataset (default: the bundled Fashion-MNIST subset).
     #[arg(value_parser = crate::data::user_path::UserPathParser, long)]
@@ -98,6 +99,8 @@ pub struct BenchArgs {
     configs: Vec<String>,
     #[command(flatten)]
     device: DeviceArgs,
+    #[command(flatten)]
+    devices: super::DevicesArgs,
     /// Backends for `bench train`: any of gpu, flex, ndarray.
     #[arg(long, value_delimiter = ',', default_value = "gpu,flex,ndarray", value_parser = ["gpu", "flex", "ndarray"])]
     backends: Vec<String>,
@@ -202,6 +205,7 @@ pub fn bench(args: BenchArgs, app: super::App) -> anyhow::Result<ExitCode> {
             println!("{table}");
             json
         }
+        "devices" => bench_devices(&args)?,
         "duplicates" => bench_duplicates(&args)?,
         "label-errors" => bench_label_errors(&args)?,
         _ => match bench_memory(&args)? {
@@ -217,6 +221,20 @@ pub fn bench(args: BenchArgs, app: super::App) -> anyhow::Result<ExitCode> {
 
 /// `vramfit bench duplicates`: the table of [`crate::bench::data_health::bench_duplicates`];
 /// returns its rows as JSON.
+/// `vramfit bench devices`: the first config (default quickstart) on 1, 2, ... of `--devices`.
+fn bench_devices(args: &BenchArgs) -> anyhow::Result<String> {
+    anyhow::ensure!(
+        !args.devices.devices.is_empty(),
+        "bench devices measures the devices of --devices (e.g. --devices cpu,cpu:ndarray)"
+    );
+    let config = super::load_config(args.configs.first().map_or("quickstart", String::as_str))?;
+    let devices = args.devices.devices.iter().map(|&d| select_device(d)).collect::<anyhow::Result<Vec<_>>>()?;
+    let rows =
+        crate::bench::devices::bench_devices(&config, &devices, args.warmup, args.steps, &mut |l| eprintln!("{l}"))?;
+    println!("{}", crate::bench::devices::table(&rows));
+    Ok(serde_json::to_string_pretty(&rows)?)
+}
+
 fn bench_duplicates(args: &BenchArgs) -> anyhow::Result<String> {
     let splits = open_data(args.data.as_ref(), &Config::default(), false)?;
     // Fashion-MNIST's 28 px items scaled to 112 px, so half-size copies stay pictures.

@@ -53,7 +53,7 @@ mod store;
 pub use in_memory::{InMemoryRequest, TrainedModel, train_in_memory};
 pub use probes::{
     DryRunMemory, OVERFIT_CHECK_STEPS, OverfitResult, StepMemory, TrainingRate, dry_run_step_memory,
-    measure_step_memory, measure_training, overfit_check, synthetic_batch,
+    measure_data_parallel, measure_step_memory, measure_training, overfit_check, synthetic_batch,
 };
 pub use step::smoothed_cross_entropy;
 pub use store::{EPOCHS_HEADER, METRICS_HEADER};

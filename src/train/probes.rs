@@ -9,6 +9,7 @@ use burn::module::Module;
 use rand::SeedableRng;
 use web_time::Instant;
 
+use super::data_parallel::Replica;
 use super::step::{Trainer, precision_on};
 use crate::config::Config;
 use crate::data::batch::Batch;
@@ -178,6 +179,35 @@ pub fn measure_training(
     }
     let images_per_sec = images as f64 / start.elapsed().as_secs_f64();
     Ok(TrainingRate { images_per_sec, first_step_secs, memory: trainer.tracker })
+}
+
+/// Training images per second of `config` on `devices` at once (the first the main one, the
+/// others its replicas: [`super::TrainRequest::replicas`]) over `steps` timed optimizer steps
+/// of `config.train.grad_accum_steps` synthetic micro-batches, after `warmup` untimed ones;
+/// what `vramfit bench devices` measures. Each timed step waits for its loss, as the training
+/// loop's does.
+///
+/// # Errors
+/// [`Error::Device`] when a device fails or `devices` is empty.
+pub fn measure_data_parallel(
+    config: &Config,
+    devices: &[SelectedDevice],
+    num_classes: usize,
+    warmup: usize,
+    steps: usize,
+) -> Result<f64> {
+    let [main, replicas @ ..] = devices else { return Err(Error::Device("no device to measure".into())) };
+    let (mut trainer, batches) = bench_trainer(config, main, num_classes, warmup + steps);
+    trainer.replicas = replicas.iter().map(|d| Replica::new(d, config.train.checkpointing)).collect();
+    for _ in 0..warmup {
+        bench_step(&mut trainer, &batches, false)?;
+    }
+    let start = Instant::now();
+    let mut images = 0;
+    for _ in 0..steps.max(1) {
+        images += bench_step(&mut trainer, &batches, false)?;
+    }
+    Ok(images as f64 / start.elapsed().as_secs_f64())
 }
 
 /// Device memory over training steps, as `vramfit bench memory` reads it.
