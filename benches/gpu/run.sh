@@ -28,3 +28,13 @@ if ! grep -qi nvidia /tmp/vramfit-devices.txt; then
   exit 1
 fi
 timeout 480 python3 benches/pytorch/compare.py --configs quickstart,8gb,12gb --backend gpu --device cuda --steps 20
+# Data parallelism: 12gb on the card, then on the card and the CPU (flex) together, the same
+# micro-batches a step in both rows; and the plan of each device. With one card the second
+# device is the CPU, so the row shows what a slower device sharing the step costs; with two
+# cards, `--devices gpu:0,gpu:1` is the row to read.
+cards=($(awk 'tolower($0) ~ /nvidia/ && $1 ~ /^[0-9]+$/ {print $1}' /tmp/vramfit-devices.txt))
+first=gpu:${cards[0]}
+second=cpu
+if [ "${#cards[@]}" -ge 2 ]; then second=gpu:${cards[1]}; fi
+timeout 240 target/release/vramfit bench devices -c 12gb --devices "$first,$second" --steps 10 --warmup 2
+target/release/vramfit plan -c 12gb --devices "$first,$second" | tail -3
