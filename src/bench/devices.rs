@@ -18,8 +18,11 @@ pub struct DevicesRow {
     pub micro_batch: usize,
     /// Micro-batches per optimizer step (the same in every row).
     pub micro_batches_per_step: usize,
-    /// Training images per second over the timed steps, all devices together.
+    /// Training images per second over the timed steps, all devices together: the median of
+    /// the rounds.
     pub images_per_sec: f64,
+    /// Each round's images per second, in round order.
+    pub rounds: Vec<f64>,
 }
 
 impl DevicesRow {
@@ -29,10 +32,11 @@ impl DevicesRow {
     }
 }
 
-/// Measures `config` on `devices[..1]`, `devices[..2]`, ... `devices` in turn: `warmup` untimed
-/// and `steps` timed optimizer steps of `devices.len()` micro-batches of
-/// `config.train.batch_size` synthetic images each ([`crate::train::measure_data_parallel`]).
-/// `log` gets a line per row as it starts.
+/// Measures `config` on `devices[..1]`, `devices[..2]`, ... `devices`: `warmup` untimed and
+/// `steps` timed optimizer steps of `devices.len()` micro-batches of `config.train.batch_size`
+/// synthetic images each ([`crate::train::measure_data_parallel`]), in `rounds` rounds that take
+/// the rows in turn, every other round in reverse order, so that a machine whose speed drifts
+/// favours no row. `log` gets a line per measurement as it starts.
 ///
 /// # Errors
 /// [`crate::Error::Device`] when a device fails.
@@ -41,41 +45,57 @@ pub fn bench_devices(
     devices: &[SelectedDevice],
     warmup: usize,
     steps: usize,
+    rounds: usize,
     log: &mut dyn FnMut(String),
 ) -> Result<Vec<DevicesRow>> {
     let mut config = config.clone();
     config.train.grad_accum_steps = devices.len();
-    let mut rows = Vec::new();
-    for k in 1..=devices.len() {
-        let names: Vec<String> = devices[..k].iter().map(|d| d.name.clone()).collect();
-        log(format!("bench {} on {}", config.name, names.join(" + ")));
-        let images_per_sec =
-            crate::train::measure_data_parallel(&config, &devices[..k], super::BENCH_CLASSES, warmup, steps)?;
-        rows.push(DevicesRow {
-            devices: names,
+    let mut rows: Vec<DevicesRow> = (1..=devices.len())
+        .map(|k| DevicesRow {
+            devices: devices[..k].iter().map(|d| d.name.clone()).collect(),
             micro_batch: config.train.batch_size,
             micro_batches_per_step: devices.len(),
-            images_per_sec,
-        });
+            images_per_sec: f64::NAN,
+            rounds: Vec::new(),
+        })
+        .collect();
+    for round in 0..rounds.max(1) {
+        let order: Vec<usize> =
+            if round % 2 == 0 { (0..rows.len()).collect() } else { (0..rows.len()).rev().collect() };
+        for k in order {
+            log(format!("round {}: bench {} on {}", round + 1, config.name, rows[k].devices.join(" + ")));
+            let on = &devices[..=k];
+            let rate = crate::train::measure_data_parallel(&config, on, super::BENCH_CLASSES, warmup, steps)?;
+            rows[k].rounds.push(rate);
+        }
+    }
+    for row in &mut rows {
+        let mut sorted = row.rounds.clone();
+        sorted.sort_by(f64::total_cmp);
+        row.images_per_sec = sorted[sorted.len() / 2];
     }
     Ok(rows)
 }
 
-/// The rows as a Markdown table, with each row's throughput against the first's.
+/// The rows as a Markdown table: each row's median, its rounds, and its rounds against the
+/// first row's same rounds (min-max of the ratios).
 pub fn table(rows: &[DevicesRow]) -> String {
     let mut s = String::from(
-        "| devices | micro-batch x per step | train img/s | per device | vs one device |\n|---|---|---|---|---|\n",
+        "| devices | micro-batch x per step | train img/s (median) | rounds | per device | vs one device, per round |\n|---|---|---|---|---|---|\n",
     );
-    let one = rows.first().map_or(f64::NAN, |r| r.images_per_sec);
+    let one = rows.first().map_or(&[][..], |r| r.rounds.as_slice());
     for r in rows {
+        let ratios: Vec<f64> = r.rounds.iter().zip(one).map(|(x, o)| x / o).collect();
+        let (low, high) = ratios.iter().fold((f64::INFINITY, 0.0f64), |(l, h), &x| (l.min(x), h.max(x)));
+        let rounds: Vec<String> = r.rounds.iter().map(|x| format!("{x:.0}")).collect();
         s.push_str(&format!(
-            "| {} | {} x {} | {:.1} | {:.1} | {:.2}x |\n",
+            "| {} | {} x {} | {:.1} | {} | {:.1} | {low:.2}-{high:.2}x |\n",
             r.devices.join(" + "),
             r.micro_batch,
             r.micro_batches_per_step,
             r.images_per_sec,
+            rounds.join(", "),
             r.per_device(),
-            r.images_per_sec / one
         ));
     }
     s

@@ -142,6 +142,9 @@ pub struct BenchArgs {
     /// --exact` prints: seconds a cell), not for real; the rows' measured columns stay empty.
     #[arg(long)]
     dry_run_only: bool,
+    /// `bench devices`: rounds over the rows, every other one in reverse order.
+    #[arg(long, default_value_t = 3)]
+    rounds: usize,
     /// Seconds of training for `bench ui`.
     #[arg(long, default_value_t = 60.0)]
     seconds: f64,
@@ -229,8 +232,8 @@ fn bench_devices(args: &BenchArgs) -> anyhow::Result<String> {
     );
     let config = super::load_config(args.configs.first().map_or("quickstart", String::as_str))?;
     let devices = args.devices.devices.iter().map(|&d| select_device(d)).collect::<anyhow::Result<Vec<_>>>()?;
-    let rows =
-        crate::bench::devices::bench_devices(&config, &devices, args.warmup, args.steps, &mut |l| eprintln!("{l}"))?;
+    let log = &mut |l: String| eprintln!("{l}");
+    let rows = crate::bench::devices::bench_devices(&config, &devices, args.warmup, args.steps, args.rounds, log)?;
     println!("{}", crate::bench::devices::table(&rows));
     Ok(serde_json::to_string_pretty(&rows)?)
 }

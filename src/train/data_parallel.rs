@@ -17,16 +17,20 @@
 //! vramfit's own step so that the loss scaler, the NaN guard and the retry at half the
 //! micro-batch hold for every device alike.
 //!
-//! The devices run their micro-batches one after another on the engine thread: a GPU's work is
-//! queued and runs while the next device's passes are recorded, so GPUs overlap; CPU backends
-//! compute as they are called and do not.
+//! Each replica runs its share on a thread of its own ([`spawn_share`]) while the engine thread
+//! runs the main device's, so the devices compute at the same time; the step waits for the
+//! slowest ([`join_share`]). A replica's device failure is the step's, retried at half the
+//! micro-batch as on one device.
 
 use burn::module::Module;
 use burn::optim::{GradientsAccumulator, GradientsParams};
 use burn::tensor::{Device, Tensor};
 
+use crate::data::batch::Batch;
 use crate::device::SelectedDevice;
+use crate::engine::error::{Error, Result};
 use crate::model::Classifier;
+use crate::train::step::{PassSettings, StepError};
 
 /// A device that runs a share of each step's micro-batches for the main device.
 #[derive(Clone, Debug)]
@@ -56,13 +60,72 @@ pub(crate) fn device_of(index: usize, devices: usize) -> usize {
     index % devices.max(1)
 }
 
+/// A step's micro-batches dealt to `devices` devices ([`device_of`]): entry `d` holds device
+/// `d`'s, in the step's order.
+pub(crate) fn deal(chunks: impl Iterator<Item = Batch>, devices: usize) -> Vec<Vec<Batch>> {
+    let mut dealt: Vec<Vec<Batch>> = (0..devices.max(1)).map(|_| Vec::new()).collect();
+    for (index, chunk) in chunks.enumerate() {
+        dealt[device_of(index, devices)].push(chunk);
+    }
+    dealt
+}
+
+/// A replica's share of a step running on a thread of its own ([`spawn_share`]).
+pub(crate) struct RunningShare(Option<std::thread::JoinHandle<Result<Share>>>);
+
+/// Starts `replica`'s share of a step on a thread of its own: a copy of `main` (the weights)
+/// on the replica, the forward and backward passes of `chunks` there, their gradients and sums
+/// added up ([`Share::add`]). A replica given no micro-batch starts nothing.
+pub(crate) fn spawn_share(
+    settings: PassSettings,
+    main: &Classifier,
+    replica: &Replica,
+    chunks: Vec<Batch>,
+) -> RunningShare {
+    if chunks.is_empty() {
+        return RunningShare(None);
+    }
+    let (main, replica) = (main.clone(), replica.clone());
+    RunningShare(Some(std::thread::spawn(move || {
+        let weights = main.fork(&replica.ad_device);
+        let mut share = Share::default();
+        for chunk in chunks {
+            let (images, labels) = settings.inputs(chunk, &replica.device, &replica.ad_device)?;
+            let logits = weights.forward(images, settings.precision);
+            let (grads, loss_n, correct) = settings.backward(&weights, logits, labels, &replica.ad_device);
+            share.add(&weights, grads, loss_n, correct);
+        }
+        Ok(share)
+    })))
+}
+
+/// Waits for a replica's share.
+///
+/// # Errors
+/// A device failure on the replica as [`StepError::Device`] (the step is retried at half the
+/// micro-batch, as on one device); an error of its data, or a panic of its thread (the
+/// message), as fatal.
+pub(crate) fn join_share(running: RunningShare) -> std::result::Result<Share, StepError> {
+    let Some(handle) = running.0 else { return Ok(Share::default()) };
+    match handle.join() {
+        Ok(Ok(share)) => Ok(share),
+        Ok(Err(Error::Device(message))) => Err(StepError::Device(message)),
+        Ok(Err(e)) => Err(StepError::Fatal(e)),
+        Err(panic) => {
+            let message = panic
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| panic.downcast_ref::<&str>().map(|s| (*s).to_string()))
+                .unwrap_or_else(|| "no message".into());
+            Err(StepError::Fatal(Error::Crashed(format!("a replica's share of the step panicked: {message}"))))
+        }
+    }
+}
+
 /// What one device made of its share of a step: the sum of its micro-batches' gradients, and
 /// of their losses (each times its images) and correct predictions.
 #[derive(Default)]
 pub(crate) struct Share {
-    /// The replica's copy of the weights, forked at its first micro-batch of the step; `None`
-    /// on the main device (which uses the model itself) and on a device given no micro-batch.
-    model: Option<Classifier>,
     accumulator: GradientsAccumulator<Classifier>,
     /// `[1]`, on the device (without autodiff).
     loss_sum: Option<Tensor<1>>,
@@ -71,20 +134,10 @@ pub(crate) struct Share {
 }
 
 impl Share {
-    /// The weights this share's micro-batches run with: `main` itself on the main device
-    /// (`ad_device` `None`), else a copy of `main` on `ad_device`, made at the share's first
-    /// micro-batch of the step (so each step starts from the weights the last one left).
-    pub(crate) fn weights<'a>(&'a mut self, main: &'a Classifier, ad_device: Option<&Device>) -> &'a Classifier {
-        match ad_device {
-            None => main,
-            Some(device) => self.model.get_or_insert_with(|| main.clone().fork(device)),
-        }
-    }
-
-    /// Adds one micro-batch: its gradients (of this share's weights, `main` on the main device),
-    /// its loss times its images `[1]` and its correct count `[1]`.
-    pub(crate) fn add(&mut self, main: &Classifier, grads: GradientsParams, loss_n: Tensor<1>, correct: Tensor<1>) {
-        self.accumulator.accumulate(self.model.as_ref().unwrap_or(main), grads);
+    /// Adds one micro-batch: its gradients (of `weights`, the weights this device ran), its
+    /// loss times its images `[1]` and its correct count `[1]`.
+    pub(crate) fn add(&mut self, weights: &Classifier, grads: GradientsParams, loss_n: Tensor<1>, correct: Tensor<1>) {
+        self.accumulator.accumulate(weights, grads);
         self.loss_sum = Some(match self.loss_sum.take() {
             Some(a) => a + loss_n,
             None => loss_n,

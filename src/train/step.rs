@@ -124,6 +124,72 @@ impl ModuleVisitor for ScaleGrads<'_> {
     }
 }
 
+/// What every micro-batch pass of one step needs besides its images, whichever device runs it:
+/// owned, so a replica's thread can take a copy ([`data_parallel::spawn_share`]).
+#[derive(Clone)]
+pub(crate) struct PassSettings {
+    /// `data.*`: the normalization of a packed batch.
+    pub(crate) data: crate::config::DataConfig,
+    pub(crate) precision: Precision,
+    /// The f16 loss scale (1 in f32).
+    pub(crate) scale: f32,
+    pub(crate) label_smoothing: f32,
+    /// Images in the whole step (each loss is weighted by its micro-batch's share of them).
+    pub(crate) total: usize,
+    /// Each class's loss weight `[C]`; `None`: all 1.
+    pub(crate) class_weights: Option<Vec<f32>>,
+}
+
+impl PassSettings {
+    /// A micro-batch's images `[n, 3, h, w]` and labels `[n]` on `ad_device` (`device` with
+    /// autodiff): uploaded as normalized f32, or (a packed batch, [`Batch::packed`]) uploaded
+    /// as 8-bit pixels and cropped, augmented and normalized by `shaders/augment_rgb8.wgsl`. The
+    /// kernel's output is a constant of the graph (no gradient), made on the inner device and
+    /// then given the training device's autodiff strategy.
+    ///
+    /// # Errors
+    /// As [`crate::kernels::device_augment::augment_batch`].
+    pub(crate) fn inputs(
+        &self,
+        mut batch: Batch,
+        device: &Device,
+        ad_device: &Device,
+    ) -> Result<(Tensor<4>, Tensor<1, Int>)> {
+        let Some(packed) = batch.packed.take() else { return Ok(batch.into_tensors(ad_device)) };
+        let params = packed.params((batch.height, batch.width), self.data.mean, self.data.std)?;
+        let images = crate::kernels::device_augment::augment_batch(packed.pixels, params, device)?;
+        // On the training device, with its checkpointing strategy (operands must share one).
+        let images = match ad_device.gradient_checkpointing_strategy() {
+            Some(strategy) => images.autodiff().with_gradient_checkpointing_strategy(strategy),
+            None => images.autodiff(),
+        };
+        let labels = label_tensor(batch.labels, ad_device);
+        Ok((images, labels))
+    }
+
+    /// The backward pass of a micro-batch whose `logits` `[n, C]` `weights` computed: its
+    /// gradients (of the loss times the loss scale and the micro-batch's share of the step's
+    /// images), its loss times `n` `[1]` and its correct count `[1]` (on the inner device).
+    pub(crate) fn backward(
+        &self,
+        weights: &Classifier,
+        logits: Tensor<2>,
+        labels: Tensor<1, Int>,
+        ad_device: &Device,
+    ) -> (GradientsParams, Tensor<1>, Tensor<1>) {
+        let [n, _] = logits.dims();
+        let class_weights = self
+            .class_weights
+            .as_ref()
+            .map(|w| Tensor::<1>::from_data(burn::tensor::TensorData::new(w.clone(), [w.len()]), ad_device));
+        let correct = logits.clone().inner().argmax(1).reshape([n]).equal(labels.clone().inner()).int().sum().float();
+        let loss = weighted_smoothed_cross_entropy(logits, labels, self.label_smoothing, class_weights);
+        let weighted = loss.clone() * (self.scale * n as f32 / self.total as f32);
+        let grads = GradientsParams::from_grads(weighted.backward(), weights);
+        (grads, loss.inner() * n as f32, correct)
+    }
+}
+
 /// Model, optimizer and loop state on one device.
 pub(crate) struct Trainer {
     pub(crate) config: Config,
@@ -382,25 +448,27 @@ impl Trainer {
         sample_memory: bool,
         sink: EventSink<'_>,
     ) -> std::result::Result<Option<(GradientsParams, Vec<f32>)>, StepError> {
-        let (scale, eps) = (self.state.scaler.scale, self.config.train.label_smoothing);
-        let devices = 1 + self.replicas.len();
-        let mut shares: Vec<Share> = (0..devices).map(|_| Share::default()).collect();
+        let settings = PassSettings {
+            data: self.config.data.clone(),
+            precision: self.precision,
+            scale: self.state.scaler.scale,
+            label_smoothing: self.config.train.label_smoothing,
+            total,
+            class_weights: self.class_weights.clone(),
+        };
+        let chunks = batches.iter().flat_map(|b| b.split(self.state.split_factor));
+        let mut dealt = data_parallel::deal(chunks, 1 + self.replicas.len()).into_iter();
+        let own = dealt.next().unwrap_or_default();
+        // The replicas' shares run on threads of their own while this one runs the main device's.
+        let replicas: Vec<_> = dealt
+            .zip(&self.replicas)
+            .map(|(chunks, replica)| data_parallel::spawn_share(settings.clone(), model, replica, chunks))
+            .collect();
+        let mut main = Share::default();
         let mut sampled = !sample_memory;
-        let factor = self.state.split_factor;
-        for (index, chunk) in batches.iter().flat_map(|b| b.split(factor)).enumerate() {
-            let d = data_parallel::device_of(index, devices);
-            let (device, ad_device) = match d {
-                0 => (&self.device, &self.ad_device),
-                _ => (&self.replicas[d - 1].device, &self.replicas[d - 1].ad_device),
-            };
-            let class_weights = self
-                .class_weights
-                .as_ref()
-                .map(|w| Tensor::<1>::from_data(burn::tensor::TensorData::new(w.clone(), [w.len()]), ad_device));
-            let n = chunk.len();
-            let (images, labels) = self.input_tensors(chunk, device, ad_device).map_err(StepError::Fatal)?;
-            let weights = shares[d].weights(model, (d > 0).then_some(ad_device));
-            let logits = weights.forward(images, self.precision);
+        for chunk in own {
+            let (images, labels) = settings.inputs(chunk, &self.device, &self.ad_device).map_err(StepError::Fatal)?;
+            let logits = model.forward(images, self.precision);
             if !sampled {
                 // The peak in use sits at the end of the forward pass, or (checkpointing) early
                 // in the backward pass.
@@ -413,12 +481,12 @@ impl Trainer {
                 }
                 sampled = true;
             }
-            let correct =
-                logits.clone().inner().argmax(1).reshape([n]).equal(labels.clone().inner()).int().sum().float();
-            let loss = weighted_smoothed_cross_entropy(logits, labels, eps, class_weights);
-            let weighted = loss.clone() * (scale * n as f32 / total as f32);
-            let grads = GradientsParams::from_grads(weighted.backward(), weights);
-            shares[d].add(model, grads, loss.inner() * n as f32, correct);
+            let (grads, loss_n, correct) = settings.backward(model, logits, labels, &self.ad_device);
+            main.add(model, grads, loss_n, correct);
+        }
+        let mut shares = vec![main];
+        for replica in replicas {
+            shares.push(data_parallel::join_share(replica)?);
         }
         let Some((grads, loss_sum, correct_sum)) = data_parallel::gather(shares, model, &self.ad_device, &self.device)
         else {
@@ -433,33 +501,6 @@ impl Trainer {
             .map_err(|e| StepError::device(&e))?;
         let stats = stats.try_to_vec::<f32>().map_err(|e| StepError::Fatal(Error::device(&e)))?;
         Ok(Some((grads, stats)))
-    }
-
-    /// A micro-batch's images `[n, 3, h, w]` and labels `[n]` on `ad_device` (`device` with autodiff): uploaded
-    /// as normalized f32, or (a packed batch, [`Batch::packed`]) uploaded as 8-bit pixels and
-    /// cropped, augmented and normalized by `shaders/augment_rgb8.wgsl`. The kernel's output is
-    /// a constant of the graph (no gradient), made on the inner device and then given the
-    /// training device's autodiff strategy.
-    ///
-    /// # Errors
-    /// As [`crate::kernels::device_augment::augment_batch`].
-    fn input_tensors(
-        &self,
-        mut batch: Batch,
-        device: &Device,
-        ad_device: &Device,
-    ) -> Result<(Tensor<4>, Tensor<1, Int>)> {
-        let Some(packed) = batch.packed.take() else { return Ok(batch.into_tensors(ad_device)) };
-        let data = &self.config.data;
-        let params = packed.params((batch.height, batch.width), data.mean, data.std)?;
-        let images = crate::kernels::device_augment::augment_batch(packed.pixels, params, device)?;
-        // On the training device, with its checkpointing strategy (operands must share one).
-        let images = match ad_device.gradient_checkpointing_strategy() {
-            Some(strategy) => images.autodiff().with_gradient_checkpointing_strategy(strategy),
-            None => images.autodiff(),
-        };
-        let labels = label_tensor(batch.labels, ad_device);
-        Ok((images, labels))
     }
 
     /// Samples the device's memory, reports it, and returns `(bytes_in_use, bytes_reserved)`.
