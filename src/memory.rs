@@ -177,13 +177,13 @@ pub fn estimate_for_pools(
 /// The estimate of one device of a data-parallel run ([`crate::train::TrainRequest::replicas`]),
 /// for each of `devices` devices (index 0 the main one): a step's `grad_accum_steps`
 /// micro-batches are dealt round robin, so device `d` runs `m / n` of them, plus one when
-/// `d < m mod n`, and holds the accumulation buffer only when it runs more than one. Every
-/// device holds the weights (a replica a copy taken each step), its gradients and its own
-/// micro-batch's activations; only the main one holds the AdamW moments. The replicas'
-/// gradients reach the main device after their backward passes, when its activations are
-/// freed, so they add nothing to its peak. A device dealt no micro-batch (more devices than
-/// micro-batches) holds nothing. Derived from the one-device estimate, whose terms
-/// are measured; not measured on two cards (none here).
+/// `d < m mod n`. Every device holds the weights (a replica a copy taken each step), its
+/// gradients and one micro-batch's activations, and the accumulation buffer (4 bytes per
+/// parameter) where it runs more than one micro-batch; the main device, which also receives
+/// the replicas' gradients, is planned with the buffer whatever it runs, as one device
+/// accumulating two micro-batches. Only the main device holds the AdamW moments. A device
+/// dealt no micro-batch (more devices than micro-batches) holds nothing. Derived from the
+/// one-device estimate, whose terms are measured; not measured on two cards (none here).
 pub fn data_parallel_estimates(config: &Config, num_classes: usize, devices: usize) -> Vec<MemoryEstimate> {
     let (m, n) = (config.train.grad_accum_steps.max(1), devices.max(1));
     let fused = crate::kernels::group_norm_gelu::runs_fused_on_gpu();
@@ -193,6 +193,9 @@ pub fn data_parallel_estimates(config: &Config, num_classes: usize, devices: usi
             c.train.grad_accum_steps = m / n + usize::from(d < m % n);
             if c.train.grad_accum_steps == 0 {
                 return MemoryEstimate::default();
+            }
+            if d == 0 && n > 1 {
+                c.train.grad_accum_steps = c.train.grad_accum_steps.max(2);
             }
             estimate_terms(&c, config.train.batch_size, num_classes, fused, PoolLayout::this_build(), d == 0)
         })

@@ -32,7 +32,8 @@ timeout 480 python3 benches/pytorch/compare.py --configs quickstart,8gb,12gb --b
 # micro-batches a step in both rows; and the plan of each device. With one card the second
 # device is the CPU, so the row shows what a slower device sharing the step costs; with two
 # cards, `--devices gpu:0,gpu:1` is the row to read.
-cards=($(awk 'tolower($0) ~ /nvidia/ && $1 ~ /^[0-9]+$/ {print $1}' /tmp/vramfit-devices.txt))
+# Adapter lines start with the index, the default one with `*` before it.
+cards=($(awk 'tolower($0) ~ /nvidia/ { sub(/^\*/, "", $1); if ($1 ~ /^[0-9]+$/) print $1 }' /tmp/vramfit-devices.txt))
 first=gpu:${cards[0]}
 second=cpu
 if [ "${#cards[@]}" -ge 2 ]; then second=gpu:${cards[1]}; fi

@@ -161,6 +161,12 @@ pub struct BenchArgs {
 }
 
 pub fn bench(args: BenchArgs, app: super::App) -> anyhow::Result<ExitCode> {
+    if !args.devices.devices.is_empty() && args.what != "devices" {
+        anyhow::bail!(
+            "--devices is for `bench devices`; `bench {}` measures one device (--device, --adapter)",
+            args.what
+        );
+    }
     let rows_json = match args.what.as_str() {
         "train" if args.compare.is_some() => return compare_with_baseline(&args),
         "train" => {
@@ -222,8 +228,6 @@ pub fn bench(args: BenchArgs, app: super::App) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// `vramfit bench duplicates`: the table of [`crate::bench::data_health::bench_duplicates`];
-/// returns its rows as JSON.
 /// `vramfit bench devices`: the first config (default quickstart) on 1, 2, ... of `--devices`.
 fn bench_devices(args: &BenchArgs) -> anyhow::Result<String> {
     anyhow::ensure!(
@@ -238,6 +242,8 @@ fn bench_devices(args: &BenchArgs) -> anyhow::Result<String> {
     Ok(serde_json::to_string_pretty(&rows)?)
 }
 
+/// `vramfit bench duplicates`: the table of [`crate::bench::data_health::bench_duplicates`];
+/// returns its rows as JSON.
 fn bench_duplicates(args: &BenchArgs) -> anyhow::Result<String> {
     let splits = open_data(args.data.as_ref(), &Config::default(), false)?;
     // Fashion-MNIST's 28 px items scaled to 112 px, so half-size copies stay pictures.

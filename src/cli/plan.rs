@@ -118,7 +118,13 @@ pub fn plan(args: PlanArgs) -> anyhow::Result<ExitCode> {
         print!("{}", data_parallel_report(&config, args.classes, &args.devices.devices));
     }
     if args.exact {
-        let device = super::commands::select_device(args.device.gpu_choice()?)?;
+        // The main device of `--devices`, else `--device` / `--adapter`.
+        let choice = match args.devices.devices.first() {
+            Some(crate::device::DeviceChoice::Auto) => crate::device::DeviceChoice::Gpu(None),
+            Some(&first) => first,
+            None => args.device.gpu_choice()?,
+        };
+        let device = super::commands::select_device(choice)?;
         if !device.is_gpu() {
             anyhow::bail!(
                 "plan --exact measures a GPU adapter's memory pools and {} has none: pass --device gpu \

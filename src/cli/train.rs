@@ -139,6 +139,7 @@ fn run_job(spec: TrainingSpec) -> anyhow::Result<ExitCode> {
         return overfit_check(spec.config, device, splits.train);
     }
     let out = spec.out_dir.clone();
+    let resume_flags = if spec.replicas.is_empty() { device_flags(&device, spec.device) } else { spec.device_flags() };
     let mut req = TrainRequest::new(spec.config, &out);
     req.resume = spec.resume;
     req.auto_fit = spec.auto_fit;
@@ -147,11 +148,6 @@ fn run_job(spec: TrainingSpec) -> anyhow::Result<ExitCode> {
     req.replicas = spec.replicas.iter().map(|&choice| select_device(choice)).collect::<anyhow::Result<_>>()?;
     let names: Vec<&str> = std::iter::once(&device).chain(&req.replicas).map(|d| d.name.as_str()).collect();
     let devices = names.join(" + ");
-    let resume_flags = if spec.replicas.is_empty() {
-        device_flags(&device, spec.device)
-    } else {
-        DeviceChoice::list_flag(&[&[spec.device], spec.replicas.as_slice()].concat())
-    };
     let spec_max_steps = spec.max_steps;
     let job = Job::Train { request: Box::new(req), splits, device };
     let JobOutput::Trained(summary) = run_engine(job)? else { bail!("the engine returned another job's output") };

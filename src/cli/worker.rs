@@ -122,7 +122,7 @@ pub fn train_in_child(spec: TrainingSpec) -> anyhow::Result<ExitCode> {
         }
         End::StoppedBeforeFirstStep => {
             let out = &job.spec.out_dir;
-            let resume = format!("vramfit train --resume --out {}{}", out.display(), job.spec.device.flags());
+            let resume = format!("vramfit train --resume --out {}{}", out.display(), job.spec.device_flags());
             match crate::train::checkpoint::latest(out) {
                 Ok((_, state)) => eprintln!(
                     "stopped before step {} ended: the run stands at step {} (its checkpoint kept); continue with: {resume}",

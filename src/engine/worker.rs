@@ -98,14 +98,16 @@ pub struct WorkerProcess {
     last_step: Arc<Mutex<Option<usize>>>,
     readers: Vec<std::thread::JoinHandle<()>>,
     out_dir: PathBuf,
-    device: DeviceChoice,
+    /// The flags that choose the run's devices again ([`TrainingSpec::device_flags`]).
+    device_flags: String,
 }
 
 impl WorkerProcess {
     /// Starts `exe` (the vramfit binary) with `args` (a `train ... --worker` command line) and
     /// `env` added to the environment. Everything the child says is sent to `output` as it
-    /// arrives; `notify` is called after each line (the app repaints). `out_dir` and `device` (the
-    /// run's device choice, for the resume command) only shape the crash report.
+    /// arrives; `notify` is called after each line (the app repaints). `out_dir` and `device_flags`
+    /// (the flags that choose the run's devices, for the resume command) only shape the crash
+    /// report.
     ///
     /// # Errors
     /// When the process cannot be started.
@@ -114,7 +116,7 @@ impl WorkerProcess {
         args: &[OsString],
         env: &[(OsString, OsString)],
         out_dir: &Path,
-        device: DeviceChoice,
+        device_flags: String,
         output: Sender<Output>,
         notify: impl Fn() + Send + Sync + 'static,
     ) -> std::io::Result<Self> {
@@ -174,7 +176,7 @@ impl WorkerProcess {
             })?);
         }
         let stdin = child.stdin.take();
-        Ok(Self { child, stdin, tail, last_step, readers, out_dir: out_dir.to_path_buf(), device })
+        Ok(Self { child, stdin, tail, last_step, readers, out_dir: out_dir.to_path_buf(), device_flags })
     }
 
     /// Asks the child to stop after its current step (it saves a checkpoint).
@@ -235,7 +237,7 @@ impl WorkerProcess {
             },
             _ => {
                 let last_step = *self.last_step.lock().unwrap_or_else(PoisonError::into_inner);
-                End::Crashed(crash_report(&status, last_step, &tail, &self.out_dir, self.device))
+                End::Crashed(crash_report(&status, last_step, &tail, &self.out_dir, &self.device_flags))
             }
         }
     }
@@ -317,6 +319,17 @@ impl TrainingSpec {
         }
     }
 
+    /// The flags of a `vramfit train --resume` command that choose this run's devices again:
+    /// [`DeviceChoice::flags`] of the device, or `--devices` with every device of a
+    /// data-parallel run ([`DeviceChoice::list_flag`]).
+    pub fn device_flags(&self) -> String {
+        if self.replicas.is_empty() {
+            self.device.flags()
+        } else {
+            DeviceChoice::list_flag(&[&[self.device], self.replicas.as_slice()].concat())
+        }
+    }
+
     /// The parent's first line to the child (without the newline).
     ///
     /// # Errors
@@ -377,7 +390,7 @@ pub fn supervise_with(
     let (tx, output) = std::sync::mpsc::channel();
     let args: [OsString; 2] = ["train".into(), "--worker".into()];
     let mut process =
-        WorkerProcess::spawn(&job.launch.exe, &args, &job.launch.env, &spec.out_dir, spec.device, tx, || {})
+        WorkerProcess::spawn(&job.launch.exe, &args, &job.launch.env, &spec.out_dir, spec.device_flags(), tx, || {})
             .map_err(io)?;
     process.send(&job_line);
     let (mut budget_sent, mut stop_sent) = (spec.config.memory.memory_budget_bytes, None);
@@ -464,7 +477,7 @@ pub fn crash_report(
     last_step: Option<usize>,
     tail: &[String],
     out: &Path,
-    device: DeviceChoice,
+    device_flags: &str,
 ) -> String {
     let signal = signal_of(status);
     let cause = match (signal, status.code()) {
@@ -487,7 +500,7 @@ pub fn crash_report(
         report += &format!("; its last messages:\n  {}", tail.join("\n  "));
     }
     let held = crate::train::checkpoint::describe_run(out).unwrap_or_else(|| "no checkpoint yet".into());
-    let mut resume = format!("vramfit train --resume --out {}{}", out.display(), device.flags());
+    let mut resume = format!("vramfit train --resume --out {}{device_flags}", out.display());
     if out_of_memory {
         let batch = crate::train::run_dir::load_config(out).map_or(2, |(c, _)| c.train.batch_size);
         resume += &format!(" --batch-size {}", (batch / 2).max(1));

@@ -39,6 +39,7 @@ mod data_parallel;
 mod epoch;
 mod epoch_data;
 mod in_memory;
+mod pass;
 mod phases;
 pub mod precision;
 pub mod probes;

@@ -116,13 +116,16 @@ fn check_data_and_precision(
     if let Some(d) = without_f16 {
         sink(Event::Warning(format!("{} has no shader f16: training in f32", d.name)));
         config.train.precision = crate::config::Precision::F32;
-    } else if config.train.precision == crate::config::Precision::F16 && !device.is_gpu() {
+    } else if let Some(cpu) = std::iter::once(device)
+        .chain(options.replicas)
+        .find(|d| config.train.precision == crate::config::Precision::F16 && !d.is_gpu())
+    {
         // f16 saves device memory; a CPU backend has none to save and computes f16 slower
         // (6gb's recipe on flex: 8.6 s an epoch in f16 against 0.9 s in f32, a trial's figures).
         sink(Event::Warning(format!(
             "train.precision = \"f16\" on {}: about 10x slower than f32 there and nothing to save (the CPU has no \
              device memory budget); --precision f32 trains the same recipe faster",
-            device.name
+            cpu.name
         )));
     }
     Ok(config)

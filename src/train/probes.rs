@@ -197,6 +197,12 @@ pub fn measure_data_parallel(
     steps: usize,
 ) -> Result<f64> {
     let [main, replicas @ ..] = devices else { return Err(Error::Device("no device to measure".into())) };
+    // f16 only where every device has it, as a run decides.
+    let mut config = config.clone();
+    if devices.iter().any(|d| precision_on(&config, d) != config.train.precision) {
+        config.train.precision = crate::config::Precision::F32;
+    }
+    let config = &config;
     let (mut trainer, batches) = bench_trainer(config, main, num_classes, warmup + steps);
     trainer.replicas = replicas.iter().map(|d| Replica::new(d, config.train.checkpointing)).collect();
     for _ in 0..warmup {

@@ -10,7 +10,7 @@
 //! update, and nowhere else.
 
 use crate::config::{Config, Precision};
-use crate::data::batch::{Batch, label_tensor};
+use crate::data::batch::Batch;
 use crate::device::SelectedDevice;
 use crate::engine::error::{Error, Result};
 use crate::engine::events::{Event, EventSink};
@@ -18,6 +18,7 @@ use crate::memory::probe::MemoryTracker;
 use crate::model::Classifier;
 use crate::train::checkpoint::{self, TrainState};
 use crate::train::data_parallel::{self, Replica, Share};
+use crate::train::pass::PassSettings;
 use crate::train::precision::LossScaler;
 use crate::train::schedule::WarmupCosine;
 use burn::module::{Module, ModuleVisitor, Param};
@@ -124,73 +125,7 @@ impl ModuleVisitor for ScaleGrads<'_> {
     }
 }
 
-/// What every micro-batch pass of one step needs besides its images, whichever device runs it:
-/// owned, so a replica's thread can take a copy ([`data_parallel::spawn_share`]).
-#[derive(Clone)]
-pub(crate) struct PassSettings {
-    /// `data.*`: the normalization of a packed batch.
-    pub(crate) data: crate::config::DataConfig,
-    pub(crate) precision: Precision,
-    /// The f16 loss scale (1 in f32).
-    pub(crate) scale: f32,
-    pub(crate) label_smoothing: f32,
-    /// Images in the whole step (each loss is weighted by its micro-batch's share of them).
-    pub(crate) total: usize,
-    /// Each class's loss weight `[C]`; `None`: all 1.
-    pub(crate) class_weights: Option<Vec<f32>>,
-}
-
-impl PassSettings {
-    /// A micro-batch's images `[n, 3, h, w]` and labels `[n]` on `ad_device` (`device` with
-    /// autodiff): uploaded as normalized f32, or (a packed batch, [`Batch::packed`]) uploaded
-    /// as 8-bit pixels and cropped, augmented and normalized by `shaders/augment_rgb8.wgsl`. The
-    /// kernel's output is a constant of the graph (no gradient), made on the inner device and
-    /// then given the training device's autodiff strategy.
-    ///
-    /// # Errors
-    /// As [`crate::kernels::device_augment::augment_batch`].
-    pub(crate) fn inputs(
-        &self,
-        mut batch: Batch,
-        device: &Device,
-        ad_device: &Device,
-    ) -> Result<(Tensor<4>, Tensor<1, Int>)> {
-        let Some(packed) = batch.packed.take() else { return Ok(batch.into_tensors(ad_device)) };
-        let params = packed.params((batch.height, batch.width), self.data.mean, self.data.std)?;
-        let images = crate::kernels::device_augment::augment_batch(packed.pixels, params, device)?;
-        // On the training device, with its checkpointing strategy (operands must share one).
-        let images = match ad_device.gradient_checkpointing_strategy() {
-            Some(strategy) => images.autodiff().with_gradient_checkpointing_strategy(strategy),
-            None => images.autodiff(),
-        };
-        let labels = label_tensor(batch.labels, ad_device);
-        Ok((images, labels))
-    }
-
-    /// The backward pass of a micro-batch whose `logits` `[n, C]` `weights` computed: its
-    /// gradients (of the loss times the loss scale and the micro-batch's share of the step's
-    /// images), its loss times `n` `[1]` and its correct count `[1]` (on the inner device).
-    pub(crate) fn backward(
-        &self,
-        weights: &Classifier,
-        logits: Tensor<2>,
-        labels: Tensor<1, Int>,
-        ad_device: &Device,
-    ) -> (GradientsParams, Tensor<1>, Tensor<1>) {
-        let [n, _] = logits.dims();
-        let class_weights = self
-            .class_weights
-            .as_ref()
-            .map(|w| Tensor::<1>::from_data(burn::tensor::TensorData::new(w.clone(), [w.len()]), ad_device));
-        let correct = logits.clone().inner().argmax(1).reshape([n]).equal(labels.clone().inner()).int().sum().float();
-        let loss = weighted_smoothed_cross_entropy(logits, labels, self.label_smoothing, class_weights);
-        let weighted = loss.clone() * (self.scale * n as f32 / self.total as f32);
-        let grads = GradientsParams::from_grads(weighted.backward(), weights);
-        (grads, loss.inner() * n as f32, correct)
-    }
-}
-
-/// Model, optimizer and loop state on one device.
+/// Model, optimizer and loop state on the main device (and the replicas of a data-parallel run).
 pub(crate) struct Trainer {
     pub(crate) config: Config,
     pub(crate) precision: Precision,
@@ -436,7 +371,9 @@ impl Trainer {
 
 impl Trainer {
     /// Forward and backward passes over the step's micro-batches (each loader batch split into
-    /// `split_factor` chunks), gradients accumulated with weights `n / total` and the loss scale.
+    /// `split_factor` chunks), dealt to the main device and the replicas
+    /// ([`super::data_parallel`]), gradients accumulated with weights `n / total` and the loss
+    /// scale and summed on the main device.
     /// Returns the gradients and `[loss sum, correct count, squared gradient norm]`, read back in
     /// one transfer; `None` when the batches hold no image. Samples memory after the first
     /// forward pass when `sample_memory`.
@@ -449,6 +386,7 @@ impl Trainer {
         sink: EventSink<'_>,
     ) -> std::result::Result<Option<(GradientsParams, Vec<f32>)>, StepError> {
         let settings = PassSettings {
+            memory_cap: self.memory_cap,
             data: self.config.data.clone(),
             precision: self.precision,
             scale: self.state.scaler.scale,
@@ -464,7 +402,41 @@ impl Trainer {
             .zip(&self.replicas)
             .map(|(chunks, replica)| data_parallel::spawn_share(settings.clone(), model, replica, chunks))
             .collect();
-        let mut main = Share::default();
+        let main = self.main_share(model, own, &settings, sample_memory, sink).await;
+        // Every replica is waited for whatever the main device's share gave, so that no share of
+        // a failed step still runs when the step is retried at half the micro-batch.
+        let replicas: Vec<_> = replicas.into_iter().map(data_parallel::join_share).collect();
+        let mut shares = vec![main?];
+        for replica in replicas {
+            shares.push(replica?);
+        }
+        let Some((grads, loss_sum, correct_sum)) = data_parallel::gather(shares, model, &self.ad_device, &self.device)
+        else {
+            return Ok(None);
+        };
+        let mut norm = GradNormSq { grads: &grads, acc: None };
+        model.visit(&mut norm);
+        let Some(norm_sq) = norm.acc else { return Ok(None) };
+        let stats = Tensor::cat(vec![loss_sum, correct_sum, norm_sq], 0)
+            .into_data_async()
+            .await
+            .map_err(|e| StepError::device(&e))?;
+        let stats = stats.try_to_vec::<f32>().map_err(|e| StepError::Fatal(Error::device(&e)))?;
+        Ok(Some((grads, stats)))
+    }
+
+    /// The main device's share of a step: the forward and backward passes of `own` (its
+    /// micro-batches) with `model`, memory sampled after the first forward pass when
+    /// `sample_memory` (and held to the cap, [`Self::over_memory_cap`]).
+    async fn main_share(
+        &mut self,
+        model: &Classifier,
+        own: Vec<Batch>,
+        settings: &PassSettings,
+        sample_memory: bool,
+        sink: EventSink<'_>,
+    ) -> std::result::Result<Share, StepError> {
+        let mut share = Share::default();
         let mut sampled = !sample_memory;
         for chunk in own {
             let (images, labels) = settings.inputs(chunk, &self.device, &self.ad_device).map_err(StepError::Fatal)?;
@@ -482,25 +454,9 @@ impl Trainer {
                 sampled = true;
             }
             let (grads, loss_n, correct) = settings.backward(model, logits, labels, &self.ad_device);
-            main.add(model, grads, loss_n, correct);
+            share.add(model, grads, loss_n, correct);
         }
-        let mut shares = vec![main];
-        for replica in replicas {
-            shares.push(data_parallel::join_share(replica)?);
-        }
-        let Some((grads, loss_sum, correct_sum)) = data_parallel::gather(shares, model, &self.ad_device, &self.device)
-        else {
-            return Ok(None);
-        };
-        let mut norm = GradNormSq { grads: &grads, acc: None };
-        model.visit(&mut norm);
-        let Some(norm_sq) = norm.acc else { return Ok(None) };
-        let stats = Tensor::cat(vec![loss_sum, correct_sum, norm_sq], 0)
-            .into_data_async()
-            .await
-            .map_err(|e| StepError::device(&e))?;
-        let stats = stats.try_to_vec::<f32>().map_err(|e| StepError::Fatal(Error::device(&e)))?;
-        Ok(Some((grads, stats)))
+        Ok(share)
     }
 
     /// Samples the device's memory, reports it, and returns `(bytes_in_use, bytes_reserved)`.
@@ -532,14 +488,20 @@ impl Trainer {
     /// [`Self::check_memory_cap`] on a reading already taken: out of memory when `reserved`
     /// bytes exceed the cap.
     fn over_memory_cap(&self, reserved: u64) -> std::result::Result<(), StepError> {
-        match self.memory_cap {
-            Some(cap) if reserved > cap => Err(StepError::Device(format!(
-                "out of memory: {} reserved over the {} cap (memory.cap_to_budget emulates a card of the budget's size)",
-                crate::memory::human_bytes(reserved),
-                crate::memory::human_bytes(cap)
-            ))),
-            _ => Ok(()),
-        }
+        over_cap(reserved, self.memory_cap)
+    }
+}
+
+/// Out of memory ([`StepError::Device`], retried at half the micro-batch) when `reserved` bytes
+/// exceed `cap` (`memory.cap_to_budget`: the live budget, each device's).
+pub(crate) fn over_cap(reserved: u64, cap: Option<u64>) -> std::result::Result<(), StepError> {
+    match cap {
+        Some(cap) if reserved > cap => Err(StepError::Device(format!(
+            "out of memory: {} reserved over the {} cap (memory.cap_to_budget emulates a card of the budget's size)",
+            crate::memory::human_bytes(reserved),
+            crate::memory::human_bytes(cap)
+        ))),
+        _ => Ok(()),
     }
 }
 
