@@ -11,8 +11,9 @@
 //! The gradient is the one gradient accumulation gives on one device: the same micro-batches,
 //! each loss weighted by its share of the step's images, summed. Only the order of the sum
 //! differs where a device runs more than one micro-batch (float addition is not associative),
-//! so two devices give the weights one device gives with `grad_accum_steps = 2` exactly, and
-//! four micro-batches on two devices within rounding (`tests` below). This is burn-train's
+//! so two devices of one backend give the weights one device gives with `grad_accum_steps = 2`
+//! exactly, two backends within their kernels' rounding, and four micro-batches on two devices
+//! within rounding (`tests` below). This is burn-train's
 //! multi-device strategy (gradients from each device meet on a main device), kept inside
 //! vramfit's own step so that the loss scaler, the NaN guard and the retry at half the
 //! micro-batch hold for every device alike.
