@@ -164,7 +164,7 @@ fn data_parallel_report(config: &Config, classes: usize, devices: &[crate::devic
         let verdict = if e.total <= budget { "fits" } else { "over the budget" };
         let state = e.parameters + e.gradients + e.optimizer_state + e.weight_casts;
         s.push_str(&format!(
-            "  {:<10} {role:<34} these {:>10}  activations {:>10}  predicted peak {:>10}  {verdict}\n",
+            "  {:<10} {role:<34} state {:>10}  activations {:>10}  predicted peak {:>10}  {verdict}\n",
             device.token(),
             human_bytes(state),
             human_bytes(e.activations()),
