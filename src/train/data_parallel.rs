@@ -104,8 +104,6 @@ pub(crate) fn spawn_share(
     }
     let weights = weights.clone().fork(&replica.ad_device);
     let replica = replica.clone();
-    let device_failed =
-        |e: &dyn std::fmt::Debug| StepError::Device(crate::engine::error::one_line_cause(&format!("{e:?}")));
     RunningShare(Some(std::thread::spawn(move || {
         let mut share = Share::default();
         for (index, chunk) in chunks.into_iter().enumerate() {
@@ -113,7 +111,7 @@ pub(crate) fn spawn_share(
                 settings.inputs(chunk, &replica.device, &replica.ad_device).map_err(StepError::Fatal)?;
             let logits = weights.forward(images, settings.precision);
             if index == 0 && settings.memory_cap.is_some() {
-                replica.device.sync().map_err(|e| device_failed(&e))?;
+                replica.device.sync().map_err(|e| StepError::device(&e))?;
                 if let Some((_, reserved)) = crate::memory::probe::sample(&replica.device) {
                     over_cap(reserved, settings.memory_cap)?;
                 }
@@ -121,7 +119,7 @@ pub(crate) fn spawn_share(
             let (grads, loss_n, correct) = settings.backward(&weights, logits, labels, &replica.ad_device);
             share.add(&weights, grads, loss_n, correct);
         }
-        replica.device.sync().map_err(|e| device_failed(&e))?;
+        replica.device.sync().map_err(|e| StepError::device(&e))?;
         Ok(share)
     })))
 }
@@ -135,11 +133,7 @@ pub(crate) fn spawn_share(
 pub(crate) fn join_share(mut running: RunningShare) -> StepResult<Share> {
     let Some(handle) = running.0.take() else { return Ok(Share::default()) };
     handle.join().unwrap_or_else(|panic| {
-        let message = panic
-            .downcast_ref::<String>()
-            .cloned()
-            .or_else(|| panic.downcast_ref::<&str>().map(|s| (*s).to_string()))
-            .unwrap_or_else(|| "no message".into());
+        let message = crate::engine::events::panic_message(panic.as_ref());
         Err(StepError::Fatal(Error::Crashed(format!("a replica's share of the step panicked: {message}"))))
     })
 }

@@ -111,14 +111,12 @@ fn check_data_and_precision(
     {
         sink(Event::Warning(warning));
     }
-    let without_f16 =
-        std::iter::once(device).chain(options.replicas).find(|d| precision_on(&config, d) != config.train.precision);
+    let without_f16 = options.devices(device).find(|d| precision_on(&config, d) != config.train.precision);
     if let Some(d) = without_f16 {
         sink(Event::Warning(format!("{} has no shader f16: training in f32", d.name)));
         config.train.precision = crate::config::Precision::F32;
-    } else if let Some(cpu) = std::iter::once(device)
-        .chain(options.replicas)
-        .find(|d| config.train.precision == crate::config::Precision::F16 && !d.is_gpu())
+    } else if let Some(cpu) =
+        options.devices(device).find(|d| config.train.precision == crate::config::Precision::F16 && !d.is_gpu())
     {
         // f16 saves device memory; a CPU backend has none to save and computes f16 slower
         // (6gb's recipe on flex: 8.6 s an epoch in f16 against 0.9 s in f32, a trial's figures).
@@ -251,7 +249,7 @@ fn plan_memory(
         config.train.batch_size = plan.fit_batch_size;
         config.train.grad_accum_steps = plan.fit_grad_accum_steps;
     }
-    for d in std::iter::once(device).chain(options.replicas) {
+    for d in options.devices(device) {
         if let Some(limit) = d.buffer_limit() {
             memory::check_buffer_limit(&config.model, classes, image_hw, config.train.batch_size, limit, &d.name)?;
         }

@@ -151,15 +151,15 @@ impl<'a> Run<'a> {
     /// the run has it, and never for a run kept in memory (see [`Store::Memory`]).
     pub(super) fn augments_on_device(&self) -> bool {
         matches!(self.options.store, Store::Folder { .. })
-            && std::iter::once(self.device)
-                .chain(self.options.replicas)
+            && self
+                .options
+                .devices(self.device)
                 .all(|d| crate::kernels::device_augment::augments_on_device(&self.config, &d.device))
     }
 
     /// The run's devices by name, the main one first, joined by ` + `.
     pub(super) fn device_names(&self) -> String {
-        let names: Vec<&str> =
-            std::iter::once(self.device).chain(self.options.replicas).map(|d| d.name.as_str()).collect();
+        let names: Vec<&str> = self.options.devices(self.device).map(|d| d.name.as_str()).collect();
         names.join(" + ")
     }
 

@@ -54,7 +54,7 @@ impl From<StepError> for Error {
 
 impl StepError {
     /// A device failure from a runtime error, kept to one line ([`crate::engine::error::one_line_cause`]).
-    fn device(cause: &impl std::fmt::Debug) -> Self {
+    pub(crate) fn device(cause: &impl std::fmt::Debug) -> Self {
         StepError::Device(crate::engine::error::one_line_cause(&format!("{cause:?}")))
     }
 }

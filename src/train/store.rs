@@ -48,6 +48,13 @@ pub(super) struct RunOptions<'a> {
     pub(super) replicas: &'a [SelectedDevice],
 }
 
+impl<'a> RunOptions<'a> {
+    /// Every device of the run: `main`, then the replicas.
+    pub(super) fn devices(&self, main: &'a SelectedDevice) -> impl Iterator<Item = &'a SelectedDevice> {
+        std::iter::once(main).chain(self.replicas)
+    }
+}
+
 /// Header of `metrics.csv`.
 pub const METRICS_HEADER: &str = "step,epoch,loss,accuracy,lr,images_per_sec,bytes_in_use,bytes_reserved";
 /// Header of `epochs.csv`.

@@ -2,14 +2,6 @@
 
 use super::*;
 
-/// 256 training and 64 validation images of the bundled data.
-fn slice_of_bundled() -> dataset::Splits {
-    let mut splits = bundled();
-    splits.train.samples.truncate(256);
-    splits.val.samples.truncate(64);
-    splits
-}
-
 /// A run on three devices (flex, ndarray and the wgpu adapter, lavapipe in CI; flex again
 /// without an adapter) stops at its step cap with a checkpoint, resumes on flex alone, finishes
 /// with every step once, learns (its validation loss falls from the chance level) and exports
@@ -19,7 +11,7 @@ fn a_run_on_three_devices_resumes_on_one_and_exports() {
     let flex = device::select(DeviceChoice::Cpu(CpuBackend::Flex)).unwrap();
     let ndarray = device::select(DeviceChoice::Cpu(CpuBackend::Ndarray)).unwrap();
     let third = gpu().unwrap_or_else(|| flex.clone());
-    let splits = slice_of_bundled();
+    let splits = bundled_slice(256, 64);
     let dir = tempfile::tempdir().unwrap();
     let run = dir.path().join("run");
     let mut config = quickstart();

@@ -99,6 +99,14 @@ pub(crate) fn bundled() -> dataset::Splits {
     .unwrap()
 }
 
+/// The first `train` training and `val` validation images of [`bundled`].
+pub(crate) fn bundled_slice(train: usize, val: usize) -> dataset::Splits {
+    let mut splits = bundled();
+    splits.train.samples.truncate(train);
+    splits.val.samples.truncate(val);
+    splits
+}
+
 /// The Python that imports onnx, onnxruntime, numpy and PIL: `VRAMFIT_ONNX_PYTHON` (`.ci/run`
 /// sets it to its virtual environment), else `python3`. Without one the ONNX Runtime checks print
 /// why and skip, unless `VRAMFIT_REQUIRE_ONNX` is set (as in CI), where a missing runtime fails.

@@ -266,20 +266,12 @@ fn checkpoint_names(run: &Path) -> Vec<String> {
     names
 }
 
-/// A small slice of the bundled data: 128 training and 64 validation images.
-fn small_bundled() -> dataset::Splits {
-    let mut splits = bundled();
-    splits.train.samples.truncate(128);
-    splits.val.samples.truncate(64);
-    splits
-}
-
 /// Resuming a run that has done all its epochs trains nothing, says why, and leaves its export
 /// byte for byte as the run wrote it (the one loop once re-exported it, without its accuracy).
 #[test]
 fn resuming_a_finished_run_keeps_its_export() {
     let cpu = device::select(DeviceChoice::Cpu(CpuBackend::Flex)).unwrap();
-    let splits = small_bundled();
+    let splits = bundled_slice(128, 64);
     let dir = tempfile::tempdir().unwrap();
     let run = dir.path().join("run");
     let mut config = quickstart();
@@ -317,7 +309,7 @@ fn resuming_a_finished_run_keeps_its_export() {
 #[test]
 fn a_stop_right_after_a_resume_at_a_new_batch_size_saves_the_converted_progress() {
     let cpu = device::select(DeviceChoice::Cpu(CpuBackend::Flex)).unwrap();
-    let splits = small_bundled();
+    let splits = bundled_slice(128, 64);
     let dir = tempfile::tempdir().unwrap();
     let run = dir.path().join("run");
     let mut config = quickstart();
