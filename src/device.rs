@@ -5,6 +5,7 @@
 //! adapter where there is one, else the CPU backend, saying why.
 
 mod choice;
+pub mod remote;
 
 use burn::tensor::{Device, DeviceKind, FloatDType};
 use serde::Serialize;
@@ -217,7 +218,7 @@ pub fn default_device(adapters: &[AdapterInfo]) -> DefaultDevice {
     }
 }
 
-pub use choice::{CpuBackend, DEVICE_FORMS, DeviceChoice};
+pub use choice::{CpuBackend, DEVICE_FORMS, DeviceChoice, RemoteAddr};
 
 /// A device ready for tensors, with what is known about it.
 #[derive(Clone, Debug)]
@@ -230,6 +231,8 @@ pub struct SelectedDevice {
     pub adapter: Option<AdapterInfo>,
     /// A note to show the user (e.g. why the CPU was chosen).
     pub note: Option<String>,
+    /// The server and index, for a device of a `vramfit serve` server ([`remote`]).
+    pub remote: Option<RemoteAddr>,
 }
 
 impl SelectedDevice {
@@ -248,7 +251,7 @@ impl SelectedDevice {
     /// app's device of an adapter it listed).
     pub fn on_adapter(device: Device, adapter: AdapterInfo) -> Self {
         let name = format!("{} ({}, {})", adapter.name, adapter.backend, adapter.device_type);
-        Self { device, name, adapter: Some(adapter), note: None }
+        Self { device, name, adapter: Some(adapter), note: None, remote: None }
     }
 
     /// The CPU backend `backend`.
@@ -276,6 +279,7 @@ impl SelectedDevice {
 pub fn select(choice: DeviceChoice) -> Result<SelectedDevice> {
     match choice {
         DeviceChoice::Cpu(b) => Ok(cpu(b, None)),
+        DeviceChoice::Remote(r) => remote::open(r),
         DeviceChoice::Auto => {
             let adapters = list_adapters();
             let default = default_device(&adapters);
@@ -332,11 +336,18 @@ fn open_adapter(adapters: &[AdapterInfo], index: usize) -> Result<SelectedDevice
         name: format!("{} ({}, {})", adapter.name, adapter.backend, adapter.device_type),
         adapter: Some(adapter),
         note: None,
+        remote: None,
     })
 }
 
 fn cpu(backend: CpuBackend, note: Option<String>) -> SelectedDevice {
-    SelectedDevice { device: backend.device(), name: format!("CPU (burn {})", backend.name()), adapter: None, note }
+    SelectedDevice {
+        device: backend.device(),
+        name: format!("CPU (burn {})", backend.name()),
+        adapter: None,
+        note,
+        remote: None,
+    }
 }
 
 /// The cubecl device behind `device` (a wgpu adapter), `None` on a CPU backend.

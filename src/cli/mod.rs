@@ -5,6 +5,7 @@ mod bench;
 mod commands;
 mod plan;
 mod render;
+mod serve;
 mod train;
 mod worker;
 
@@ -50,6 +51,8 @@ enum Command {
     Info(commands::InfoArgs),
     /// Scan a dataset and report classes, skipped files, sizes and what preprocessing makes of them.
     CheckData(commands::CheckDataArgs),
+    /// Serve this machine's devices to other machines' runs (`--device remote:HOST:PORT[/N]`).
+    Serve(serve::ServeArgs),
 }
 
 /// Config file and per-field overrides, shared by every command that needs a config.
@@ -160,8 +163,9 @@ pub use crate::config::byte_size::parse_bytes;
 pub struct DeviceArgs {
     /// `auto` (a hardware GPU adapter, else the CPU: a software adapter such as llvmpipe is
     /// slower than the CPU backend), `gpu` (a wgpu adapter, software ones included; the CPU when
-    /// none exists) or `cpu`.
-    #[arg(long, value_enum, default_value_t = DeviceFlag::Auto)]
+    /// none exists), `cpu`, or `remote:HOST:PORT[/N]` (device N of a `vramfit serve` server;
+    /// its token in the VRAMFIT_TOKEN environment variable).
+    #[arg(long, default_value = "auto")]
     pub device: DeviceFlag,
     /// Adapter index from `vramfit devices` (implies `--device gpu`).
     #[arg(long)]
@@ -177,7 +181,8 @@ pub struct DevicesArgs {
     /// Train on several devices at once, comma-separated, the first the main one (it keeps the
     /// model, the optimizer and the checkpoints): each runs its share of every step's
     /// micro-batches (micro-batch i on device i mod n; give --grad-accum-steps a multiple of n).
-    /// Entries: auto, gpu, gpu:N (adapter N of `vramfit devices`), cpu, cpu:flex, cpu:ndarray.
+    /// Entries: auto, gpu, gpu:N (adapter N of `vramfit devices`), cpu, cpu:flex, cpu:ndarray,
+    /// remote:HOST:PORT[/N] (device N of a `vramfit serve` server).
     /// Instead of --device and --adapter.
     #[arg(long, value_delimiter = ',', conflicts_with_all = ["device", "adapter", "cpu_backend"])]
     pub devices: Vec<DeviceChoice>,
@@ -198,7 +203,7 @@ impl DevicesArgs {
 }
 
 /// `--device`.
-#[derive(ValueEnum, Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum DeviceFlag {
     /// A hardware GPU adapter, else the CPU (a software adapter is slower than the CPU backend).
     #[default]
@@ -207,6 +212,28 @@ pub enum DeviceFlag {
     Gpu,
     /// burn's CPU backend.
     Cpu,
+    /// A device of a `vramfit serve` server.
+    Remote(crate::device::RemoteAddr),
+}
+
+impl std::str::FromStr for DeviceFlag {
+    type Err = String;
+
+    /// `auto`, `gpu`, `cpu` or `remote:HOST:PORT[/N]`.
+    ///
+    /// # Errors
+    /// Any other value, or a remote address that does not resolve.
+    fn from_str(s: &str) -> Result<Self, String> {
+        if let Some(rest) = s.trim().strip_prefix("remote:") {
+            return crate::device::RemoteAddr::parse(rest).map(DeviceFlag::Remote);
+        }
+        match s.trim().to_ascii_lowercase().as_str() {
+            "auto" => Ok(DeviceFlag::Auto),
+            "gpu" => Ok(DeviceFlag::Gpu),
+            "cpu" => Ok(DeviceFlag::Cpu),
+            _ => Err(format!("`{s}` is not a device: use auto, gpu, cpu or remote:HOST:PORT[/N]")),
+        }
+    }
 }
 
 /// `--cpu-backend`.
@@ -228,6 +255,15 @@ impl DeviceArgs {
         Ok(match self.device {
             DeviceFlag::Auto if self.adapter.is_none() => DeviceChoice::Auto,
             DeviceFlag::Auto | DeviceFlag::Gpu => DeviceChoice::Gpu(self.adapter),
+            DeviceFlag::Remote(remote) => {
+                if let Some(i) = self.adapter {
+                    anyhow::bail!(
+                        "--device {} and --adapter {i} ask for two devices: drop --adapter (a server's devices are chosen with remote:HOST:PORT/N)",
+                        remote.token()
+                    );
+                }
+                DeviceChoice::Remote(remote)
+            }
             DeviceFlag::Cpu => {
                 if let Some(i) = self.adapter {
                     anyhow::bail!(
@@ -278,6 +314,9 @@ pub fn main(app: App) -> ExitCode {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("vramfit=warn"));
     let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
+    if let Ok(token) = std::env::var(crate::device::remote::TOKEN_VARIABLE) {
+        crate::device::remote::set_credential(token);
+    }
     let Some(command) = cli.command else {
         return match (app.open)() {
             Ok(()) => ExitCode::SUCCESS,
@@ -299,6 +338,7 @@ pub fn main(app: App) -> ExitCode {
         Command::Bench(a) => bench::bench(a, app),
         Command::Info(a) => commands::info(a),
         Command::CheckData(a) => commands::check_data(a),
+        Command::Serve(a) => serve::serve(a),
     });
     let Ok(result) = result else { return ExitCode::from(101) };
     match result {
@@ -347,6 +387,7 @@ pub fn device_flags(choice: DeviceChoice) -> Vec<String> {
             let name = backend.name();
             vec!["--device".into(), "cpu".into(), "--cpu-backend".into(), name.into()]
         }
+        DeviceChoice::Remote(remote) => vec!["--device".into(), remote.token()],
     }
 }
 

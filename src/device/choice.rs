@@ -1,5 +1,8 @@
-//! What the user asks to run on ([`DeviceChoice`]): the default, a wgpu adapter or one of
-//! burn's CPU backends ([`CpuBackend`]); as flags and as the entries of `--devices`.
+//! What the user asks to run on ([`DeviceChoice`]): the default, a wgpu adapter, one of
+//! burn's CPU backends ([`CpuBackend`]) or a device of a `vramfit serve` server
+//! ([`RemoteAddr`]); as flags and as the entries of `--devices`.
+
+use std::net::{SocketAddr, ToSocketAddrs};
 
 use burn::tensor::Device;
 use serde::Serialize;
@@ -51,6 +54,58 @@ pub enum DeviceChoice {
     Gpu(Option<usize>),
     /// A CPU backend.
     Cpu(CpuBackend),
+    /// A device of a `vramfit serve` server (`crate::device::remote`).
+    Remote(RemoteAddr),
+}
+
+/// A device of a `vramfit serve` server: the server's address and the device's position in
+/// the list it serves (`vramfit serve` prints it). Written `remote:HOST:PORT[/N]`, `N` 0 when
+/// left out; the host is resolved when the entry is read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct RemoteAddr {
+    /// The server's address (its WebSocket listener).
+    pub addr: SocketAddr,
+    /// The device's index in the server's list.
+    pub index: u16,
+}
+
+impl RemoteAddr {
+    /// `remote:ADDR` or `remote:ADDR/N` ([`Self::parse`] reads it back).
+    pub fn token(self) -> String {
+        match self.index {
+            0 => format!("remote:{}", self.addr),
+            n => format!("remote:{}/{n}", self.addr),
+        }
+    }
+
+    /// The server's WebSocket URL, `ws://ADDR`.
+    pub fn url(self) -> String {
+        format!("ws://{}", self.addr)
+    }
+
+    /// `HOST:PORT[/N]` (what follows `remote:`), the host resolved to its first address (IPv4
+    /// first).
+    ///
+    /// # Errors
+    /// What is wrong with it, naming it: no port, a bad index, a host that does not resolve.
+    pub fn parse(rest: &str) -> std::result::Result<Self, String> {
+        let (host_port, index) = match rest.rsplit_once('/') {
+            Some((host_port, n)) => {
+                let index = n.parse().map_err(|_| {
+                    format!("`remote:{rest}`: `{n}` is not a device index (remote:HOST:PORT/N, N from 0)")
+                })?;
+                (host_port, index)
+            }
+            None => (rest, 0),
+        };
+        let addrs: Vec<SocketAddr> = host_port
+            .to_socket_addrs()
+            .map_err(|e| format!("`remote:{rest}`: `{host_port}` is not HOST:PORT of a reachable name ({e})"))?
+            .collect();
+        let addr = addrs.iter().find(|a| a.is_ipv4()).or(addrs.first()).copied();
+        let addr = addr.ok_or_else(|| format!("`remote:{rest}`: `{host_port}` resolves to no address"))?;
+        Ok(Self { addr, index })
+    }
 }
 
 impl DeviceChoice {
@@ -65,12 +120,13 @@ impl DeviceChoice {
             DeviceChoice::Gpu(Some(i)) => format!(" --adapter {i}"),
             DeviceChoice::Cpu(b) if b == CpuBackend::DEFAULT => " --device cpu".into(),
             DeviceChoice::Cpu(b) => format!(" --device cpu --cpu-backend {}", b.name()),
+            DeviceChoice::Remote(r) => format!(" --device {}", r.token()),
         }
     }
 }
 
 /// The forms of one entry of `--devices` ([`DeviceChoice::from_str`]).
-pub const DEVICE_FORMS: &str = "auto, gpu, gpu:N (adapter N of `vramfit devices`), cpu, cpu:flex or cpu:ndarray";
+pub const DEVICE_FORMS: &str = "auto, gpu, gpu:N (adapter N of `vramfit devices`), cpu, cpu:flex, cpu:ndarray or remote:HOST:PORT[/N] (device N of a `vramfit serve` server)";
 
 impl DeviceChoice {
     /// This device as an entry of `--devices`: `auto`, `gpu`, `gpu:N`, `cpu` (the default CPU
@@ -82,6 +138,7 @@ impl DeviceChoice {
             DeviceChoice::Gpu(Some(i)) => format!("gpu:{i}"),
             DeviceChoice::Cpu(b) if b == CpuBackend::DEFAULT => "cpu".into(),
             DeviceChoice::Cpu(b) => format!("cpu:{}", b.name()),
+            DeviceChoice::Remote(r) => r.token(),
         }
     }
 
@@ -101,6 +158,9 @@ impl std::str::FromStr for DeviceChoice {
     /// # Errors
     /// The entry and the forms it may take, when it is none of them.
     fn from_str(s: &str) -> std::result::Result<Self, String> {
+        if let Some(rest) = s.trim().strip_prefix("remote:") {
+            return RemoteAddr::parse(rest).map(DeviceChoice::Remote);
+        }
         let entry = s.trim().to_ascii_lowercase();
         let (kind, index) = match entry.split_once(':') {
             Some((kind, rest)) => (kind, Some(rest)),
@@ -121,7 +181,7 @@ impl std::str::FromStr for DeviceChoice {
 
 #[cfg(test)]
 mod tests {
-    use super::{CpuBackend, DeviceChoice};
+    use super::{CpuBackend, DeviceChoice, RemoteAddr};
 
     #[test]
     fn device_list_entries_read_back_what_they_write() {
@@ -131,6 +191,8 @@ mod tests {
             DeviceChoice::Gpu(Some(2)),
             DeviceChoice::Cpu(CpuBackend::Flex),
             DeviceChoice::Cpu(CpuBackend::Ndarray),
+            DeviceChoice::Remote(RemoteAddr { addr: "127.0.0.1:4100".parse().unwrap(), index: 0 }),
+            DeviceChoice::Remote(RemoteAddr { addr: "[::1]:4100".parse().unwrap(), index: 3 }),
         ];
         for choice in all {
             assert_eq!(choice.token().parse::<DeviceChoice>(), Ok(choice));
@@ -141,6 +203,18 @@ mod tests {
         for bad in ["gpu:x", "cuda", "cpu:torch", "gpu:-1", ""] {
             let err = bad.parse::<DeviceChoice>().unwrap_err();
             assert!(err.contains(&format!("`{bad}` is not a device")) && err.contains("gpu:N"), "{err}");
+        }
+        assert_eq!(
+            "remote:localhost:4100/2".parse::<DeviceChoice>().map(DeviceChoice::token),
+            Ok("remote:127.0.0.1:4100/2".into())
+        );
+        for (bad, says) in [
+            ("remote:127.0.0.1", "is not HOST:PORT"),
+            ("remote:127.0.0.1:4100/x", "`x` is not a device index"),
+            ("remote:no-such-host.invalid:4100", "is not HOST:PORT"),
+        ] {
+            let err = bad.parse::<DeviceChoice>().unwrap_err();
+            assert!(err.contains(bad) && err.contains(says), "{bad}: {err}");
         }
     }
 }

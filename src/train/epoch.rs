@@ -160,6 +160,9 @@ impl Run<'_> {
                 Ok(s) => return Ok(s),
                 Err(StepError::Fatal(e)) => return Err(e),
                 Err(StepError::Device(msg)) => {
+                    if let Some(lost) = self.lost_server(&msg) {
+                        return Err(Error::Device(lost));
+                    }
                     let (micro, _) = self.micro_batch();
                     if micro <= 1 {
                         return Err(Error::Device(self.failed_at_one(&msg)));
@@ -171,6 +174,33 @@ impl Run<'_> {
                 }
             }
         }
+    }
+
+    /// After a failed step: the error for a remote device whose server no longer answers
+    /// ([`crate::device::remote::server_answers`]; a smaller retry could only fail again), with
+    /// what is kept and how to go on; `None` when every server of the run answers.
+    fn lost_server(&self, msg: &str) -> Option<String> {
+        let lost = self
+            .options
+            .devices(self.device)
+            .filter_map(|d| d.remote)
+            .find(|r| !crate::device::remote::server_answers(*r, std::time::Duration::from_secs(5)))?;
+        // The weights lived on the server: what is kept is the newest checkpoint.
+        let kept = match self.options.store {
+            Store::Folder { out, .. } => match checkpoint::latest(out) {
+                Ok((dir, state)) => format!(
+                    "; the checkpoint of step {} ({}) is intact: resume with --resume once the server is back, or on another device",
+                    state.global_step,
+                    dir.display()
+                ),
+                Err(_) => {
+                    "; no checkpoint was written yet (train.checkpoint_every_steps sets how often): start the run again"
+                        .into()
+                }
+            },
+            Store::Memory => String::new(),
+        };
+        Some(format!("the server of {} no longer answers ({msg}){kept}", lost.token()))
     }
 
     /// The error of a step the device refused at micro-batch 1: what is kept, and the fixes.

@@ -32,6 +32,8 @@ mod idx_files;
 mod images;
 mod memory;
 mod onnx;
+#[cfg(feature = "remote")]
+mod remote;
 mod runs;
 mod train_in_memory;
 mod training;
