@@ -45,7 +45,7 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
     }
     let token = match &args.token_file {
         Some(path) => read_or_make_token(path)?,
-        None => std::env::var(TOKEN_VARIABLE).ok().filter(|t| !t.trim().is_empty()).ok_or_else(|| {
+        None => std::env::var(TOKEN_VARIABLE).ok().map(|t| t.trim().to_string()).filter(|t| !t.is_empty()).ok_or_else(|| {
             anyhow::anyhow!(
                 "vramfit serve needs a token for its clients: pass --token-file FILE (made with a random token when missing) or set {TOKEN_VARIABLE}"
             )
@@ -60,8 +60,18 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         }
         let selected = device::select(*choice)?;
         println!("  {index}: {} ({})", selected.name, choice.token());
-        devices.push(selected.device);
+        devices.push(selected);
     }
+    // burn's server takes the devices of one backend: refused here, before the port is bound.
+    let backend = |d: &device::SelectedDevice| if d.is_gpu() { "wgpu".to_string() } else { d.name.clone() };
+    if let Some(other) = devices.iter().find(|d| backend(d) != backend(&devices[0])) {
+        anyhow::bail!(
+            "cannot serve {} and {} together: one server serves adapters or one CPU backend; serve the other from a second `vramfit serve --port ...`",
+            devices[0].name,
+            other.name
+        );
+    }
+    let devices: Vec<_> = devices.into_iter().map(|d| d.device).collect();
     let listener = std::net::TcpListener::bind((args.bind, args.port)).with_context(|| {
         format!("cannot listen on {}:{} (another server there? --port 0 takes a free one)", args.bind, args.port)
     })?;
@@ -128,11 +138,17 @@ mod sessions {
         listener: std::net::TcpListener,
     ) -> anyhow::Result<ExitCode> {
         let tokens = TokenAuthorizer::new(token.to_string()).map_err(|_| anyhow::anyhow!("the token is empty"))?;
+        let served = devices.len();
         let authorizer = move |request: AuthorizationRequest<'_>| {
             let client = request.client;
             let device = request.device_index;
             let verdict = tokens.authorize(request);
+            // burn checks the index after the token: a good token on a missing device is told
+            // "no such device" by burn, not "opened".
             match &verdict {
+                Ok(()) if device as usize >= served => {
+                    println!("vramfit serve: {client} asked for device {device}: none (this server serves {served})")
+                }
                 Ok(()) => println!("vramfit serve: {client} asked for device {device}: opened"),
                 Err(why) => println!("vramfit serve: {client} asked for device {device}: refused ({why})"),
             }

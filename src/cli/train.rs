@@ -131,7 +131,9 @@ fn parse_max_steps(s: &str) -> Result<usize, String> {
 /// The worker's side of `vramfit train`: runs `spec` on an engine session, its events to the
 /// parent.
 fn run_job(spec: TrainingSpec) -> anyhow::Result<ExitCode> {
+    // Every device is opened (a server connected, its token checked) before the run folder is made.
     let device = select_device(spec.device)?;
+    let replicas = spec.replicas.iter().map(|&choice| select_device(choice)).collect::<anyhow::Result<Vec<_>>>()?;
     let data = data_folder(&spec)?;
     let splits = open_data(data.as_ref(), &spec.config, spec.allow_empty_classes)?;
     eprintln!("data: {}", splits.description);
@@ -145,7 +147,7 @@ fn run_job(spec: TrainingSpec) -> anyhow::Result<ExitCode> {
     req.auto_fit = spec.auto_fit;
     req.fresh_optimizer = spec.fresh_optimizer;
     req.max_steps = spec.max_steps;
-    req.replicas = spec.replicas.iter().map(|&choice| select_device(choice)).collect::<anyhow::Result<_>>()?;
+    req.replicas = replicas;
     let names: Vec<&str> = std::iter::once(&device).chain(&req.replicas).map(|d| d.name.as_str()).collect();
     let devices = names.join(" + ");
     let spec_max_steps = spec.max_steps;

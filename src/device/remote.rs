@@ -77,9 +77,8 @@ pub fn open(remote: RemoteAddr) -> Result<SelectedDevice> {
 }
 
 /// Whether the server of `remote` still accepts connections (a TCP connection to its
-/// listener within `timeout`). A step that fails on a remote device fails either on the
-/// server (its device refused it: the step is retried smaller) or because the server is gone,
-/// where retrying would only fail again: this tells the two apart.
+/// listener within `timeout`): after a session was lost, whether the server is gone or closed
+/// the session itself (the training loop's message says which).
 pub fn server_answers(remote: RemoteAddr, timeout: std::time::Duration) -> bool {
     std::net::TcpStream::connect_timeout(&remote.addr, timeout).is_ok()
 }

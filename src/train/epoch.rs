@@ -176,16 +176,24 @@ impl Run<'_> {
         }
     }
 
-    /// After a failed step: the error for a remote device whose server no longer answers
-    /// ([`crate::device::remote::server_answers`]; a smaller retry could only fail again), with
-    /// what is kept and how to go on; `None` when every server of the run answers.
+    /// After a failed step: the error for a remote device whose session is gone (burn's client
+    /// does not reconnect a closed session, so a smaller retry could only fail again), saying
+    /// whether its server still answers ([`crate::device::remote::server_answers`]), what is
+    /// kept and how to go on; `None` when every remote device of the run still syncs.
     fn lost_server(&self, msg: &str) -> Option<String> {
         let lost = self
             .options
             .devices(self.device)
-            .filter_map(|d| d.remote)
-            .find(|r| !crate::device::remote::server_answers(*r, std::time::Duration::from_secs(5)))?;
-        // The weights lived on the server: what is kept is the newest checkpoint.
+            .filter_map(|d| d.remote.map(|r| (d, r)))
+            .find(|(d, _)| d.device.sync().is_err())
+            .map(|(_, r)| r)?;
+        let what = if crate::device::remote::server_answers(lost, std::time::Duration::from_secs(5)) {
+            "closed its session (the server's log says why)"
+        } else {
+            "no longer answers"
+        };
+        // The main device's weights may have lived on the server: what is kept is the newest
+        // checkpoint.
         let kept = match self.options.store {
             Store::Folder { out, .. } => match checkpoint::latest(out) {
                 Ok((dir, state)) => format!(
@@ -200,7 +208,7 @@ impl Run<'_> {
             },
             Store::Memory => String::new(),
         };
-        Some(format!("the server of {} no longer answers ({msg}){kept}", lost.token()))
+        Some(format!("the server of {} {what} ({msg}){kept}", lost.token()))
     }
 
     /// The error of a step the device refused at micro-batch 1: what is kept, and the fixes.

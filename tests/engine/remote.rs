@@ -98,8 +98,12 @@ fn a_run_trains_evaluates_and_exports_on_a_server() {
     assert!(server.log().contains("asked for device 0: opened"), "{}", server.log());
     let export = run.join("export");
     let eval = |device: &str| {
-        let (code, text) =
-            client(&["eval", "--device", device, "--model", path(&export), "--data", path(&data)], Some(&token));
+        // Its CSV files beside the run, not in the working directory (the repository).
+        let csv = dir.path().join("confusion.csv");
+        let issues = dir.path().join("label_issues.csv");
+        let args = ["eval", "--device", device, "--model", path(&export), "--data", path(&data)];
+        let args = [&args[..], &["--csv", path(&csv), "--label-issues", path(&issues)]].concat();
+        let (code, text) = client(&args, Some(&token));
         assert_eq!(code, Some(0), "{text}");
         let line = text.lines().find(|l| l.contains("top-1")).unwrap_or_else(|| panic!("no top-1 line: {text}"));
         line[line.find("top-1").unwrap()..].to_string()
@@ -136,7 +140,19 @@ fn a_server_refuses_a_client_without_its_token() {
         assert!(text.contains("the server refused the token: set VRAMFIT_TOKEN"), "{text}");
         assert!(!run.exists(), "a refused run made its folder");
     }
+    // The server's lines arrive through a thread: wait for the second.
+    let started = std::time::Instant::now();
+    while server.log().matches("asked for device 0: refused").count() < 2 && started.elapsed().as_secs() < 30 {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
     assert_eq!(server.log().matches("asked for device 0: refused").count(), 2, "{}", server.log());
+    // A refused replica of --devices makes no run folder either.
+    let run = dir.path().join("run");
+    let devices = format!("cpu,{remote}");
+    let args = ["train", "--devices", &devices, "--data", path(&data), "--out", path(&run), "--max-steps", "1"];
+    let (code, text) = client(&args, Some("not-the-token"));
+    assert!(code != Some(0) && text.contains("the server refused the token"), "{text}");
+    assert!(!run.exists(), "a run refused on its second device made its folder");
 }
 
 /// A run over two servers and the local CPU (`--devices cpu,remote:A,remote:B`) trains; the
@@ -184,7 +200,8 @@ fn a_run_over_two_servers_survives_one_killed_and_resumes_on_the_other() {
         rx.recv_timeout(std::time::Duration::from_secs(120)).expect("the client hung after its server was killed");
     let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     assert!(!out.status.success(), "{text}");
-    assert!(text.contains("--resume"), "no resume hint: {text}");
+    assert!(text.contains(&format!("the server of {device_a} no longer answers")), "{text}");
+    assert!(text.contains("the checkpoint of step 2 (") && text.contains("resume with --resume"), "{text}");
 
     let device_b = b.device();
     let on_b = [&base[..], &["--resume", "--device", &device_b]].concat();
