@@ -41,7 +41,7 @@ pub struct ServeArgs {
 /// No token, a device that cannot be opened or served, a port in use.
 pub fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
     if !cfg!(feature = "remote") {
-        anyhow::bail!("this vramfit was built without the remote server (build it with `--features remote`)");
+        anyhow::bail!("vramfit serve: {}", device::remote::NOT_BUILT);
     }
     let token = match &args.token_file {
         Some(path) => read_or_make_token(path)?,
@@ -199,6 +199,6 @@ mod sessions {
         _: &str,
         _: std::net::TcpListener,
     ) -> anyhow::Result<std::process::ExitCode> {
-        anyhow::bail!("this vramfit was built without the remote server (build it with `--features remote`)")
+        anyhow::bail!("vramfit serve: {}", crate::device::remote::NOT_BUILT)
     }
 }

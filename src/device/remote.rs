@@ -22,6 +22,9 @@ static CREDENTIAL: OnceLock<String> = OnceLock::new();
 /// lists and out of the resume commands vramfit prints, and the training worker inherits it.
 pub const TOKEN_VARIABLE: &str = "VRAMFIT_TOKEN";
 
+/// What a build without the `remote` feature says when asked for a remote device or a server.
+pub const NOT_BUILT: &str = "this vramfit was built without remote devices (build it with `--features remote`)";
+
 /// The token this process presents to every server it connects; the first call wins.
 pub fn set_credential(token: impl Into<String>) {
     let _ = CREDENTIAL.set(token.into().trim().to_string());
@@ -70,10 +73,7 @@ pub fn open(remote: RemoteAddr) -> Result<SelectedDevice> {
 /// Always: [`Error::Device`] saying so.
 #[cfg(not(all(feature = "remote", not(target_arch = "wasm32"))))]
 pub fn open(remote: RemoteAddr) -> Result<SelectedDevice> {
-    Err(Error::Device(format!(
-        "{}: this vramfit was built without remote devices (build it with `--features remote`)",
-        remote.token()
-    )))
+    Err(Error::Device(format!("{}: {NOT_BUILT}", remote.token())))
 }
 
 /// Whether the server of `remote` still accepts connections (a TCP connection to its
